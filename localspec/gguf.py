@@ -1,0 +1,132 @@
+"""GGUF header validation, before a file ever reaches llama.cpp (which may crash on a bad one).
+
+Checks the magic, version, every metadata record and tensor record, and that the tensor data
+the header declares actually lies inside the file (a truncated download fails here, cleanly).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from localspec.errors import LocalspecError
+
+# ggml type id -> (elements per block, bytes per block)
+_GGML_TYPES = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 36),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
+    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110),
+    22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
+    29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17),
+}
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+class BadModelFile(LocalspecError):
+    """The file is missing, unreadable or not a valid, complete GGUF model."""
+
+
+@dataclass
+class GGUFInfo:
+    """What the header says: scalar metadata, array lengths, and the declared size."""
+
+    version: int
+    metadata: dict[str, object] = field(default_factory=dict)
+    array_lengths: dict[str, int] = field(default_factory=dict)
+    n_tensors: int = 0
+    n_params: int = 0
+    declared_size: int = 0
+
+
+class _Reader:
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        self.f, self.size = f, size
+
+    def take(self, n: int) -> bytes:
+        data = self.f.read(n)
+        if len(data) != n:
+            raise ValueError("the header ends before its records do")
+        return data
+
+    def scalar(self, fmt: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def count(self, what: str) -> int:
+        n = self.scalar("<Q")
+        if n > self.size:
+            raise ValueError(f"implausible {what} ({n:,})")
+        return n
+
+    def string(self) -> str:
+        return self.take(self.count("string length")).decode("utf-8", "replace")
+
+    def value(self, vtype: int):
+        if vtype in _SCALARS:
+            return self.scalar(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        raise ValueError(f"unknown metadata type {vtype}")
+
+
+def read_gguf(path: Path) -> GGUFInfo:
+    """Parse and validate a GGUF header; raises BadModelFile naming the file and the problem."""
+    path = Path(path)
+    if not path.exists():
+        raise BadModelFile(f"{path}: no such model file (run `localspec models install` for the default pair)")
+    if not path.is_file():
+        raise BadModelFile(f"{path}: is a directory, not a GGUF model file")
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise BadModelFile(f"{path}: not a GGUF file (bad magic bytes)")
+            return _parse(_Reader(f, size), size)
+    except OSError as e:
+        raise BadModelFile(f"{path}: cannot read ({e.strerror})") from None
+    except (ValueError, struct.error) as e:
+        raise BadModelFile(f"{path}: corrupt GGUF header: {e}") from None
+
+
+def _parse(r: _Reader, size: int) -> GGUFInfo:
+    version = r.scalar("<I")
+    if version not in (2, 3):
+        raise ValueError(f"unsupported GGUF version {version}")
+    info = GGUFInfo(version)
+    n_tensors, n_kv = r.count("tensor count"), r.count("metadata count")
+    for _ in range(n_kv):
+        key, vtype = r.string(), r.scalar("<I")
+        if vtype == _ARRAY:
+            etype, n = r.scalar("<I"), r.count("array length")
+            info.array_lengths[key] = n
+            if etype in _SCALARS:
+                r.take(struct.calcsize(_SCALARS[etype]) * n)
+            else:
+                for _ in range(n):
+                    r.value(etype)
+        else:
+            info.metadata[key] = r.value(vtype)
+    end = 0
+    for _ in range(n_tensors):
+        name, n_dims = r.string(), r.scalar("<I")
+        if n_dims > 8:
+            raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
+        elements = 1
+        for _ in range(n_dims):
+            elements *= r.scalar("<Q")
+        ttype, offset = r.scalar("<I"), r.scalar("<Q")
+        info.n_params += elements
+        if ttype in _GGML_TYPES:
+            block, nbytes = _GGML_TYPES[ttype]
+            end = max(end, offset + elements // block * nbytes)
+    info.n_tensors = n_tensors
+    align = int(info.metadata.get("general.alignment", 32))
+    data_start = -(-r.f.tell() // align) * align
+    info.declared_size = data_start + end
+    if info.declared_size > size:
+        raise BadModelFile(f"{r.f.name}: truncated: the header declares {info.declared_size:,} bytes, "
+                           f"the file has {size:,}")
+    return info
+

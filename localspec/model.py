@@ -1,0 +1,153 @@
+"""llama.cpp plumbing: one GGUF model whose KV cache localspec tracks token by token.
+
+`sync(tokens, n_logits)` makes the cache hold `tokens` (reusing the longest cached prefix,
+trimming the rest with llama_memory_seq_rm) and returns logits for the last n_logits
+positions only: there is never an n_ctx x n_vocab logits buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from localspec.errors import LocalspecError
+from localspec.gguf import read_gguf
+
+
+@llama_cpp.llama_log_callback
+def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """Keep llama.cpp's own logging off the user's terminal."""
+
+
+llama_cpp.llama_log_set(_quiet_log, ctypes.c_void_p())
+
+
+class ContextFull(LocalspecError):
+    """The token sequence does not fit the model's context window."""
+
+
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can offload layers to a GPU (CUDA, Metal, Vulkan …)."""
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+class Model:
+    """A GGUF model with a tracked KV cache (sequence 0)."""
+
+    def __init__(self, path: Path, *, n_ctx: int = 4096, n_threads: int | None = None,
+                 n_gpu_layers: int = 0, n_batch: int = 512, flash_attn: bool = False) -> None:
+        read_gguf(path)
+        try:
+            self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                       n_threads=n_threads, n_threads_batch=n_threads,
+                                       n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
+                                       logits_all=False, verbose=False)
+        except (ValueError, RuntimeError) as e:
+            raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None
+        self.path = Path(path)
+        self.name = self.path.name
+        self.n_batch = n_batch
+        self.n_ctx = self.llm.n_ctx()
+        self.n_vocab = self.llm.n_vocab()
+        self._ctx = self.llm._ctx.ctx
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._vocab = self.llm._model.vocab
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self.tokens: list[int] = []  # the KV cache holds exactly these, at positions 0..len-1
+        self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
+        self.n_decoded = 0  # tokens decoded over the model's life (prefill accounting)
+
+    def __del__(self) -> None:
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            llama_cpp.llama_batch_free(batch)
+            self._batch = None
+
+    # ---- tokens and text --------------------------------------------------------------------
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        """Text -> token ids. special=False treats control-token text as plain text."""
+        return self.llm.tokenize(text.encode("utf-8", "surrogatepass"), add_bos=add_bos, special=special)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token contributes to the output (control tokens contribute none)."""
+        return self.llm.detokenize([token], special=False)
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text of a token (for comparing vocabularies)."""
+        raw = llama_cpp.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        """End-of-generation token (EOS, EOT, <|im_end|> …)."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.llm.metadata
+
+    # ---- the KV cache -----------------------------------------------------------------------
+    def trim(self, n: int) -> None:
+        """Keep only the first n cached positions."""
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise LocalspecError(f"{self.name}: llama.cpp cannot trim this model's cache")
+        del self.tokens[n:]
+
+    def reset(self) -> None:
+        """Empty the cache."""
+        self.trim(0)
+
+    def sync(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        """Make the cache hold `tokens`; return float32 logits (n_logits, n_vocab) for the last positions."""
+        if len(tokens) > self.n_ctx:
+            raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.n_ctx} "
+                              f"({len(tokens) - self.n_ctx} too many)")
+        keep = 0
+        for keep, (a, b) in enumerate(zip(self.tokens, tokens)):  # noqa: B007
+            if a != b:
+                break
+        else:
+            keep = min(len(self.tokens), len(tokens))
+        self.trim(min(keep, len(tokens) - n_logits))  # also drops anything an interrupt left untracked
+        return self._decode(tokens[len(self.tokens):], n_logits)
+
+    def _decode(self, new: list[int], n_logits: int) -> np.ndarray:
+        rows = []
+        first_logit = len(new) - n_logits
+        for start in range(0, len(new), self.n_batch):
+            chunk = new[start:start + self.n_batch]
+            b, pos0 = self._batch, len(self.tokens)
+            n_out = 0
+            for i, tok in enumerate(chunk):
+                b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0] = tok, pos0 + i, 1, 0
+                b.logits[i] = start + i >= first_logit
+                n_out += b.logits[i]
+            b.n_tokens = len(chunk)
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self._ctx, b)
+            self.decode_seconds += time.perf_counter() - t0
+            if rc != 0:
+                llama_cpp.llama_memory_seq_rm(self._mem, 0, len(self.tokens), -1)
+                raise LocalspecError(f"{self.name}: llama_decode failed with code {rc}")
+            self.tokens.extend(chunk)
+            self.n_decoded += len(chunk)
+            if n_out:
+                ptr = llama_cpp.llama_get_logits(self._ctx)
+                rows.append(np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy())
+        return np.concatenate(rows) if rows else np.empty((0, self.n_vocab), np.float32)
+
+
+def vocab_mismatch(target: Model, draft: Model) -> str | None:
+    """None when the two vocabularies are identical, else what differs (sizes, first differing token)."""
+    n = min(target.n_vocab, draft.n_vocab)
+    first = next((t for t in range(n) if target.token_text(t) != draft.token_text(t)), None)
+    problems = []
+    if target.n_vocab != draft.n_vocab:
+        problems.append(f"vocabulary sizes differ (target {target.n_vocab:,}, draft {draft.n_vocab:,})")
+    if first is not None:
+        problems.append(f"first differing token is id {first}: target {target.token_text(first)!r}, "
+                        f"draft {draft.token_text(first)!r}")
+    return "; ".join(problems) or None

@@ -1,0 +1,54 @@
+"""Prompts as tokens: the target's own chat template from its GGUF, or raw completion text.
+
+Message contents are tokenized with special=False, so text that looks like a control token
+(`<|im_end|>`) stays text; only the template's own markup becomes control tokens.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from localspec.errors import LocalspecError
+from localspec.model import Model
+
+Message = dict[str, str]
+_SLOT = "\x00localspec-slot-{}\x00"
+
+
+def _formatter(model: Model) -> Jinja2ChatFormatter:
+    meta = model.metadata
+    template = meta.get("tokenizer.chat_template")
+    if not template:
+        raise LocalspecError(f"{model.name} has no chat template in its GGUF; use --raw for plain completion")
+
+    def token(key: str) -> str:
+        tid = meta.get(key)
+        return model.token_text(int(tid)) if tid is not None else ""
+
+    return Jinja2ChatFormatter(template=template, eos_token=token("tokenizer.ggml.eos_token_id"),
+                               bos_token=token("tokenizer.ggml.bos_token_id"))
+
+
+def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:
+    """The conversation rendered by the model's chat template, as tokens."""
+    fmt = _formatter(model)
+    fmt.add_generation_prompt = add_generation_prompt
+    slotted = [{**m, "content": _SLOT.format(i)} for i, m in enumerate(messages)]
+    rendered = fmt(messages=slotted).prompt
+    parts = re.split("\x00localspec-slot-(\\d+)\x00", rendered)
+    if len(parts) != 2 * len(messages) + 1:  # the template transforms contents: render them in place
+        return model.tokenize(fmt(messages=messages).prompt, special=True)
+    tokens: list[int] = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            tokens += model.tokenize(messages[int(part)]["content"], special=False)
+        elif part:
+            tokens += model.tokenize(part, special=True)
+    return tokens
+
+
+def raw_tokens(model: Model, text: str) -> list[int]:
+    """Plain completion: the text as-is, with BOS where the model wants one (as create_completion does)."""
+    return model.tokenize(text, add_bos=True, special=False)

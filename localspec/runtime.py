@@ -1,0 +1,74 @@
+"""Turning options into loaded models and an engine: defaults, offload, the vocabulary check."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localspec.catalog import default_pair, models_dir, resolve
+from localspec.engine import Engine
+from localspec.errors import LocalspecError
+from localspec.model import Model, gpu_offload_supported, vocab_mismatch
+from localspec.sampling import SamplerSettings
+
+
+def default_threads() -> int:
+    """All available cores on small machines, half of them (roughly the physical cores) on big ones."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return n if n <= 4 else n // 2
+
+
+def gpu_layers(requested: int) -> int:
+    """-1 means: every layer when this llama.cpp build can offload, else none."""
+    if requested >= 0:
+        return requested
+    return 999 if gpu_offload_supported() else 0
+
+
+@dataclass
+class RunConfig:
+    """Everything needed to load a model pair and sample from it."""
+
+    target: str | None = None
+    draft: str | None = None
+    no_draft: bool = False
+    k: int = 4
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    seed: int | None = None
+    ctx: int = 4096
+    threads: int | None = None
+    gpu_layers: int = -1
+    draft_gpu_layers: int = -1
+
+    def paths(self) -> tuple[Path, Path | None]:
+        t_default, d_default = default_pair()
+        target = resolve(self.target) if self.target else models_dir() / t_default.file
+        if self.no_draft or self.k == 0:
+            return target, None
+        return target, resolve(self.draft) if self.draft else models_dir() / d_default.file
+
+    def resolved_seed(self) -> int:
+        if self.seed is None:
+            self.seed = secrets.randbelow(2**31)
+        return self.seed
+
+
+def load_models(cfg: RunConfig) -> tuple[Model, Model | None]:
+    """Load target (and draft), refusing a pair whose vocabularies differ."""
+    target_path, draft_path = cfg.paths()
+    threads = cfg.threads or default_threads()
+    target = Model(target_path, n_ctx=cfg.ctx, n_threads=threads, n_gpu_layers=gpu_layers(cfg.gpu_layers))
+    if draft_path is None:
+        return target, None
+    draft = Model(draft_path, n_ctx=cfg.ctx, n_threads=threads, n_gpu_layers=gpu_layers(cfg.draft_gpu_layers))
+    if problem := vocab_mismatch(target, draft):
+        raise LocalspecError(f"draft {draft_path} cannot draft for target {target_path}: {problem}")
+    return target, draft
+
+
+def load_engine(cfg: RunConfig) -> Engine:
+    """Models and a seeded engine for cfg."""
+    target, draft = load_models(cfg)
+    return Engine(target, draft, cfg.sampler, cfg.k, cfg.resolved_seed())
