@@ -63,16 +63,21 @@ class Engine:
         self.rng = np.random.default_rng(seed)
         self.stats = Stats()
         self.completion: list[int] = []
+        self._pending = np.empty((0, target.n_vocab), np.float32)  # target logits already computed
 
     def _step(self, ctx: list[int], k: int) -> tuple[list[int], int]:
-        """One round on ctx (the target cache holds ctx[:-1]): emitted tokens, and how many were drafts."""
+        """One round on ctx: the emitted tokens, and how many of them were accepted draft tokens.
+
+        The target cache holds ctx[:-1], or all of ctx when the prefill left the next logits pending.
+        """
         s, rng = self.sampler, self.rng
         draft: list[int] = []
         q: list[np.ndarray] = []
         for _ in range(k):  # the draft proposes k tokens one at a time, keeping each q
             q.append(process(self.draft.sync(ctx + draft)[-1], s))
             draft.append(sample(q[-1], rng))
-        logits = self.target.sync(ctx + draft, n_logits=k + 1)  # one batch: ctx[-1] and the k drafts
+        pending, self._pending = self._pending, self._pending[:0]
+        logits = np.concatenate([pending, self.target.sync(ctx + draft, k + 1 - len(pending))])  # one batch
         tokens, n = verify(lambda i: process(logits[i], s), q, draft, rng)
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
         if self.draft is not None:
@@ -86,7 +91,7 @@ class Engine:
             raise ContextFull(f"the prompt is {len(prompt)} tokens and the context holds {self.target.n_ctx} "
                               f"({len(prompt) - self.target.n_ctx + 1} too many); raise --ctx or shorten it")
         t0, decoded = time.perf_counter(), self.target.n_decoded
-        self.target.sync(prompt[:-1], 0)
+        self._pending = self.target.sync(prompt, 1)  # logits for the first new token, as plain decoding has
         self.stats.prefill_tokens = self.target.n_decoded - decoded
         if self.draft is not None:
             self.draft.sync(prompt[:-1], 0)

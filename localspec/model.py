@@ -45,6 +45,9 @@ class Model:
             self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                                        n_threads=n_threads, n_threads_batch=n_threads,
                                        n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
+                                       # On CPU llama.cpp repacks the weights into its own buffers
+                                       # anyway; mmap would then hold a second copy of them in RSS.
+                                       use_mmap=n_gpu_layers > 0,
                                        logits_all=False, verbose=False)
         except (ValueError, RuntimeError) as e:
             raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None

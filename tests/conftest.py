@@ -1,0 +1,57 @@
+"""Shared fixtures: the real GGUF models (installed and verified on first use), loaded once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.catalog import catalog, models_dir
+from localspec.install import install
+from localspec.model import Model
+
+TARGET = "qwen2.5-coder-1.5b-instruct"
+DRAFT = "qwen2.5-coder-0.5b-instruct"
+OTHER_VOCAB = "gemma-3-270m"
+
+
+def model_path(name: str) -> Path:
+    """Install (a no-op once verified) and return the path of a catalog model."""
+    return install(catalog()[name], models_dir())
+
+
+@pytest.fixture(scope="session")
+def target_path() -> Path:
+    return model_path(TARGET)
+
+
+@pytest.fixture(scope="session")
+def draft_path() -> Path:
+    return model_path(DRAFT)
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    return model_path(OTHER_VOCAB)
+
+
+@pytest.fixture(scope="session")
+def target(target_path: Path) -> Model:
+    return Model(target_path, n_ctx=2048)
+
+
+@pytest.fixture(scope="session")
+def draft(draft_path: Path) -> Model:
+    return Model(draft_path, n_ctx=2048)
+
+
+def run_cli(*args: str, input: bytes | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real `localspec` command in a subprocess (bytes in, text out)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "localspec", *args], input=input, capture_output=True,
+                          timeout=timeout, env=env)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                                       proc.stderr.decode("utf-8", "replace"))

@@ -1,0 +1,96 @@
+"""`localspec generate` and `localspec models` as a user runs them (real subprocesses, real models)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_cli
+
+JSON_FIELDS = {"text", "prompt_tokens", "completion_tokens", "target_passes", "drafted", "accepted",
+               "acceptance_rate", "tokens_per_pass", "prefill_seconds", "wall_seconds", "tokens_per_second",
+               "finish_reason", "k", "temperature", "seed", "target", "draft"}
+
+
+def _json(*args: str, input: bytes | None = None) -> dict:
+    proc = run_cli("generate", "--json", *args, input=input)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_generate_json_record(target_path, draft_path) -> None:
+    out = _json("Write a haiku about rivers.", "-n", "40", "--seed", "7")
+    assert JSON_FIELDS <= out.keys()
+    assert out["text"].strip() and out["seed"] == 7 and out["k"] == 4
+    assert out["accepted"] <= out["drafted"]
+    assert out["completion_tokens"] <= out["accepted"] + out["target_passes"]
+    assert out["acceptance_rate"] == pytest.approx(out["accepted"] / out["drafted"])
+    assert out["finish_reason"] in ("stop", "length")
+    assert out["target"].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    assert out["draft"].endswith("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+
+
+def test_streamed_text_and_stats_line(target_path, draft_path) -> None:
+    proc = run_cli("generate", "--raw", "--temperature", "0", "-n", "24", "def fib(n):")
+    assert proc.returncode == 0, proc.stderr
+    assert "return" in proc.stdout or "if" in proc.stdout
+    assert proc.stderr.count("\n") == 1 and "tok/s" in proc.stderr and "acceptance" in proc.stderr
+
+
+def test_stdin_prompt_and_no_draft_baseline_agree_greedy(target_path, draft_path) -> None:
+    prompt = b"List three prime numbers."
+    spec = _json("--temperature", "0", "-n", "32", input=prompt)
+    base = _json("--temperature", "0", "-n", "32", "--no-draft", input=prompt)
+    assert spec["text"] == base["text"]
+    assert base["drafted"] == 0 and base["draft"] is None
+    # one target pass a token, plus one for the end-of-generation token when the reply ends itself
+    assert base["target_passes"] == base["completion_tokens"] + (base["finish_reason"] == "stop")
+
+
+def test_stop_string_not_printed(target_path, draft_path) -> None:
+    out = _json("--raw", "--temperature", "0", "-n", "60", "--stop", "3.", "# Steps\n1. Open the box\n2.")
+    assert out["finish_reason"] == "stop" and "3." not in out["text"]
+
+
+def test_vocabulary_mismatch_refused(target_path, gemma_path) -> None:
+    proc = run_cli("generate", "hello", "--draft", str(gemma_path))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "vocabulary" in proc.stderr and str(gemma_path) in proc.stderr
+
+
+@pytest.mark.parametrize("flag,value", [("--k", "-1"), ("--k", "1000"), ("--temperature", "nan"),
+                                        ("--top-p", "0"), ("--min-p", "2"), ("--max-tokens", "0"),
+                                        ("--ctx", "1"), ("--threads", "0"), ("--temperature", "inf")])
+def test_bad_flag_values_are_usage_errors(flag: str, value: str) -> None:
+    proc = run_cli("generate", "hello", flag, value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert flag in proc.stderr
+
+
+def test_missing_model_file() -> None:
+    proc = run_cli("generate", "hello", "--target", "/nonexistent/model.gguf")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "/nonexistent/model.gguf" in proc.stderr
+
+
+def test_models_install_is_a_noop_when_verified(target_path, draft_path) -> None:
+    proc = run_cli("models", "install")
+    assert proc.returncode == 0
+    assert proc.stderr.count("already installed and verified") == 2
+
+
+def test_peak_rss_of_256_token_generate(target_path, draft_path) -> None:
+    """No n_ctx x n_vocab logits buffer: peak RSS stays under the two model files plus 600 MB."""
+    probe = ("import resource, subprocess, sys;"
+             "subprocess.run([sys.executable, '-m', 'localspec', 'generate', '--raw', '--json', '-n', '256',"
+             " '--temperature', '0', 'import os\\n\\n# A long Python module with many helper functions\\n'],"
+             " check=True, stdout=subprocess.DEVNULL);"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)")
+    peak = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
+    limit = target_path.stat().st_size + draft_path.stat().st_size + 600 * 2**20
+    print(f"peak RSS {peak / 2**20:.0f} MiB, limit {limit / 2**20:.0f} MiB")
+    assert peak < limit
