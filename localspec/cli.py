@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from typing import Annotated, Optional
@@ -11,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from localspec.errors import LocalspecError
+from localspec.limits import LIMITS, check
 from localspec.runtime import RunConfig
 from localspec.sampling import SamplerSettings
 
@@ -20,31 +20,36 @@ models_app = typer.Typer(no_args_is_help=True, help="Install and inspect GGUF mo
 app.add_typer(models_app, name="models")
 
 
-def _between(lo: float, hi: float, lo_open: bool = False):
-    """A callback accepting finite floats in [lo, hi] (or (lo, hi] with lo_open)."""
-    def check(value: float) -> float:
-        if not math.isfinite(value) or value > hi or value < lo or (lo_open and value == lo):
-            raise typer.BadParameter(f"must be a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
-        return value
-    return check
+def _ranged(name: str, *flags: str, help: str):
+    """A typer option whose value must lie in LIMITS[name] (ints by typer's range, floats by callback)."""
+    lo, hi, lo_open = LIMITS[name]
+    if isinstance(lo, int):
+        return typer.Option(*flags, min=lo, max=hi, help=help)
+
+    def checked(value: float) -> float:
+        try:
+            return check(name, value)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    return typer.Option(*flags, callback=checked, help=f"{help} Range {'(' if lo_open else '['}{lo:g}, {hi:g}].")
 
 
 # Options shared by every command that loads models (typer reads them from the annotations).
 Target = Annotated[Optional[str], typer.Option("--target", "-t", help="Target GGUF: a path or a catalog name. Default: the default pair's target.")]
 Draft = Annotated[Optional[str], typer.Option("--draft", "-d", help="Draft GGUF with the target's vocabulary: a path or a catalog name.")]
 NoDraft = Annotated[bool, typer.Option("--no-draft", help="Run the target alone through the same sampler (the baseline).")]
-K = Annotated[int, typer.Option("--k", min=0, max=64, help="Draft tokens proposed per round (0 = target alone).")]
-Temperature = Annotated[float, typer.Option("--temperature", "--temp", callback=_between(0, 10), help="Sampling temperature; 0 is greedy (the target's argmax).")]
-TopK = Annotated[int, typer.Option("--top-k", min=0, max=1_000_000, help="Keep the k most likely tokens (0 = off).")]
-TopP = Annotated[float, typer.Option("--top-p", callback=_between(0, 1, lo_open=True), help="Keep the smallest set of tokens with this much probability (1 = off).")]
-MinP = Annotated[float, typer.Option("--min-p", callback=_between(0, 1), help="Drop tokens less likely than this fraction of the most likely one (0 = off).")]
-Seed = Annotated[Optional[int], typer.Option("--seed", min=0, max=2**32 - 1, help="Random seed (default: a fresh one, reported in --json).")]
-MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, max=1_000_000, help="Stop after this many new tokens.")]
+K = Annotated[int, _ranged("k", "--k", help="Draft tokens proposed per round (0 = target alone).")]
+Temperature = Annotated[float, _ranged("temperature", "--temperature", "--temp", help="Sampling temperature; 0 is greedy (the target's argmax).")]
+TopK = Annotated[int, _ranged("top_k", "--top-k", help="Keep the k most likely tokens (0 = off).")]
+TopP = Annotated[float, _ranged("top_p", "--top-p", help="Keep the smallest set of tokens with this much probability (1 = off).")]
+MinP = Annotated[float, _ranged("min_p", "--min-p", help="Drop tokens less likely than this fraction of the most likely one (0 = off).")]
+Seed = Annotated[Optional[int], _ranged("seed", "--seed", help="Random seed (default: a fresh one, reported in --json).")]
+MaxTokens = Annotated[int, _ranged("max_tokens", "--max-tokens", "-n", help="Stop after this many new tokens.")]
 Stop = Annotated[Optional[list[str]], typer.Option("--stop", help="Stop when this text appears (repeatable); it is not printed.")]
-Ctx = Annotated[int, typer.Option("--ctx", min=64, max=1_048_576, help="Context window in tokens, for both models.")]
-Threads = Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads (default: all cores up to 4, else half).")]
-GpuLayers = Annotated[int, typer.Option("--gpu-layers", min=-1, max=100_000, help="Target layers to offload to the GPU (-1 = all when the build supports it).")]
-DraftGpuLayers = Annotated[int, typer.Option("--draft-gpu-layers", min=-1, max=100_000, help="Draft layers to offload to the GPU (-1 = all when the build supports it).")]
+Ctx = Annotated[int, _ranged("ctx", "--ctx", help="Context window in tokens, for both models.")]
+Threads = Annotated[Optional[int], _ranged("threads", "--threads", help="CPU threads (default: all cores up to 4, else half).")]
+GpuLayers = Annotated[int, _ranged("gpu_layers", "--gpu-layers", help="Target layers to offload to the GPU (-1 = all when the build supports it).")]
+DraftGpuLayers = Annotated[int, _ranged("gpu_layers", "--draft-gpu-layers", help="Draft layers to offload to the GPU (-1 = all when the build supports it).")]
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat template mode only).")]
 
 
@@ -69,18 +74,6 @@ def _read_prompt(prompt: str | None) -> str:
     return prompt
 
 
-def _stats_line(stats: dict) -> str:
-    parts = [f"{stats['completion_tokens']} tokens in {stats['wall_seconds']:.2f} s"]
-    if stats["tokens_per_second"]:
-        parts.append(f"{stats['tokens_per_second']:.1f} tok/s")
-    if stats["acceptance_rate"] is not None:
-        parts.append(f"acceptance {stats['acceptance_rate']:.0%} ({stats['accepted']}/{stats['drafted']})")
-    if stats["tokens_per_pass"]:
-        parts.append(f"{stats['tokens_per_pass']:.2f} tokens/pass")
-    parts.append(f"prefill {stats['prefill_tokens']} tokens in {stats['prefill_seconds']:.2f} s")
-    return "localspec: " + " · ".join(parts)
-
-
 @app.command()
 def generate(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; read from standard input when omitted.")] = None,
@@ -97,15 +90,38 @@ def generate(
     text = _read_prompt(prompt)
     cfg = _config(target, draft, no_draft, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
                   gpu_layers, draft_gpu_layers)
-    result = run_generate(cfg, text, raw=raw, system=system, max_tokens=max_tokens, stops=stop or [],
+    result, summary = run_generate(cfg, text, raw=raw, system=system, max_tokens=max_tokens, stops=stop or [],
                           stream=not as_json)
     if as_json:
         print(json.dumps(result))
     else:
         print(file=sys.stdout, flush=True)
-        print(_stats_line(result), file=sys.stderr)
+        print(f"localspec: {summary}", file=sys.stderr)
     if result["finish_reason"] == "interrupted":
         raise typer.Exit(130)
+
+
+@app.command()
+def chat(
+    target: Target = None, draft: Draft = None, no_draft: NoDraft = False, k: K = 4,
+    temperature: Temperature = 0.8, top_k: TopK = 40, top_p: TopP = 0.95, min_p: MinP = 0.05,
+    seed: Seed = None, max_tokens: MaxTokens = 1024, system: System = None,
+    ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
+) -> None:
+    """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
+    from localspec.conversation import Conversation
+    from localspec.dirs import data_dir
+    from localspec.generate import loading
+    from localspec.repl import Repl
+    from localspec.runtime import load_engine
+
+    cfg = _config(target, draft, no_draft, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
+                  gpu_layers, draft_gpu_layers)
+    with loading("loading models…"):
+        engine = load_engine(cfg)
+    conv = Conversation(engine, system=system, max_tokens=max_tokens)
+    conv.prefill()
+    Repl(conv, history=data_dir() / "history").run()
 
 
 @models_app.command("install")

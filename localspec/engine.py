@@ -40,6 +40,24 @@ class Stats:
     def tokens_per_second(self) -> float | None:
         return self.completion_tokens / self.wall_seconds if self.wall_seconds > 0 else None
 
+    def add(self, other: "Stats") -> None:
+        """Accumulate another generation's counters (session totals)."""
+        for name in ("prompt_tokens", "prefill_tokens", "completion_tokens", "target_passes", "drafted",
+                     "accepted", "prefill_seconds", "wall_seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def summary(self) -> str:
+        """One human line: tokens, tok/s, acceptance, tokens per pass, prefill."""
+        parts = [f"{self.completion_tokens} tokens in {self.wall_seconds:.2f} s"]
+        if self.tokens_per_second:
+            parts.append(f"{self.tokens_per_second:.1f} tok/s")
+        if self.acceptance_rate is not None:
+            parts.append(f"acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})")
+        if self.tokens_per_pass:
+            parts.append(f"{self.tokens_per_pass:.2f} tokens/pass")
+        parts.append(f"prefill {self.prefill_tokens} tokens in {self.prefill_seconds:.2f} s")
+        return " · ".join(parts)
+
     def to_dict(self) -> dict:
         return {**asdict(self), "acceptance_rate": self.acceptance_rate,
                 "tokens_per_pass": self.tokens_per_pass, "tokens_per_second": self.tokens_per_second}

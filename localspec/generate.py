@@ -18,8 +18,8 @@ def loading(what: str):
 
 
 def run_generate(cfg: RunConfig, text: str, *, raw: bool, system: str | None, max_tokens: int,
-                 stops: list[str], stream: bool) -> dict:
-    """Generate a completion of `text`; stream pieces to stdout when asked; return the JSON record."""
+                 stops: list[str], stream: bool) -> tuple[dict, str]:
+    """Generate a completion of `text`, streaming to stdout when asked: (JSON record, stats line)."""
     with loading("loading models…"):
         engine = load_engine(cfg)
     if raw:
@@ -39,4 +39,5 @@ def run_generate(cfg: RunConfig, text: str, *, raw: bool, system: str | None, ma
     s = cfg.sampler
     return {"text": "".join(out), **engine.stats.to_dict(), "k": engine.k, "temperature": s.temperature,
             "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p, "seed": cfg.seed,
-            "target": str(engine.target.path), "draft": str(engine.draft.path) if engine.draft else None}
+            "target": str(engine.target.path),
+            "draft": str(engine.draft.path) if engine.draft else None}, engine.stats.summary()

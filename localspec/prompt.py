@@ -13,7 +13,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from localspec.errors import LocalspecError
 from localspec.model import Model
 
-Message = dict[str, str]
+Message = dict  # {"role": str, "content": str, optional "tokens": list[int] (content already tokenized)}
 _SLOT = "\x00localspec-slot-{}\x00"
 
 
@@ -32,18 +32,24 @@ def _formatter(model: Model) -> Jinja2ChatFormatter:
 
 
 def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:
-    """The conversation rendered by the model's chat template, as tokens."""
+    """The conversation rendered by the model's chat template, as tokens.
+
+    A message carrying "tokens" contributes those instead of re-tokenizing its content, so a
+    generated reply is fed back exactly as it was sampled and the KV cache prefix still matches.
+    """
     fmt = _formatter(model)
     fmt.add_generation_prompt = add_generation_prompt
-    slotted = [{**m, "content": _SLOT.format(i)} for i, m in enumerate(messages)]
+    slotted = [{"role": m["role"], "content": _SLOT.format(i)} for i, m in enumerate(messages)]
     rendered = fmt(messages=slotted).prompt
     parts = re.split("\x00localspec-slot-(\\d+)\x00", rendered)
     if len(parts) != 2 * len(messages) + 1:  # the template transforms contents: render them in place
-        return model.tokenize(fmt(messages=messages).prompt, special=True)
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        return model.tokenize(fmt(messages=plain).prompt, special=True)
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if i % 2:
-            tokens += model.tokenize(messages[int(part)]["content"], special=False)
+            m = messages[int(part)]
+            tokens += m["tokens"] if "tokens" in m else model.tokenize(m["content"], special=False)
         elif part:
             tokens += model.tokenize(part, special=True)
     return tokens

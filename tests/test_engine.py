@@ -11,13 +11,14 @@ from localspec.model import Model
 from localspec.prompt import chat_tokens, raw_tokens
 from localspec.sampling import SamplerSettings
 
+from conftest import assert_same_greedy
+
 GREEDY = SamplerSettings(temperature=0)
 PROMPTS = [
     "def merge_sort(items):\n    \"\"\"Sort a list with merge sort.\"\"\"\n",
     "The three most important ideas in thermodynamics are",
     "# Shopping list\n1. Apples\n2.",
 ]
-NEAR_TIE = 0.3  # logits: batched and one-token Q4_K decoding differ by ~0.1 (measured 0.114 on merge_sort)
 
 
 def _run(target: Model, draft: Model | None, prompt: list[int], k: int, n: int = 64,
@@ -25,17 +26,6 @@ def _run(target: Model, draft: Model | None, prompt: list[int], k: int, n: int =
     engine = Engine(target, draft, sampler, k, seed)
     text = "".join(p.text for p in engine.generate(prompt, n, stops))
     return engine.completion, text, engine
-
-
-def _assert_same_greedy(target: Model, prompt: list[int], got: list[int], want: list[int]) -> None:
-    """Equal token for token, or the first difference is a near tie of the target's logits."""
-    if got == want:
-        return
-    i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-    logits = target.sync(prompt + want[:i], 1)[0]
-    top2 = np.sort(logits)[-2:]
-    gap = float(top2[1] - top2[0])
-    assert gap < NEAR_TIE, f"greedy outputs differ at token {i} with a logit gap of {gap:.4f} (not a near tie)"
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +43,7 @@ def test_greedy_equals_target_alone_and_llama_cpp(target, draft, reference, text
     assert len(baseline) == 64
     for k in (1, 4, 8):
         tokens, spec_text, engine = _run(target, draft, prompt, k)
-        _assert_same_greedy(target, prompt, tokens, baseline)
+        assert_same_greedy(target, prompt, tokens, baseline)
         if tokens == baseline:
             assert spec_text == baseline_text
         assert engine.stats.target_passes < 64  # drafts were accepted: fewer target passes

@@ -1,0 +1,122 @@
+"""A chat conversation on the engine: turns, KV reuse across turns, context overflow, save/load."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from localspec.engine import Engine, Piece, Stats
+from localspec.errors import LocalspecError
+from localspec.prompt import Message, chat_tokens
+
+SAVE_VERSION = 1
+
+
+@dataclass
+class Conversation:
+    """Messages plus the engine that answers them; the caches keep the conversation between turns."""
+
+    engine: Engine
+    system: str | None = None
+    max_tokens: int = 1024
+    messages: list[Message] = field(default_factory=list)
+    totals: Stats = field(default_factory=Stats)  # summed over the session's replies
+    replies: int = 0
+    notices: list[str] = field(default_factory=list)  # one-line messages for the user (e.g. turns dropped)
+
+    def _rendered(self, messages: list[Message], generation: bool = True) -> list[int]:
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return chat_tokens(self.engine.target, system + messages, add_generation_prompt=generation)
+
+    def _fit(self, user: Message) -> list[int]:
+        """The prompt for the next reply, dropping the oldest turns until it fits with room to answer."""
+        n_ctx = self.engine.target.n_ctx
+        room = min(self.max_tokens, n_ctx // 2)
+        dropped = 0
+        while True:
+            prompt = self._rendered(self.messages + [user])
+            if len(prompt) + room <= n_ctx or not self.messages:
+                break
+            cut = next((i for i, m in enumerate(self.messages[1:], 1) if m["role"] == "user"), len(self.messages))
+            del self.messages[:cut]
+            dropped += 1
+        if len(prompt) >= n_ctx:
+            raise LocalspecError(f"this message needs {len(prompt)} tokens and the context holds {n_ctx} "
+                                 f"({len(prompt) - n_ctx + 1} too many)")
+        if dropped:
+            self.notices.append(f"context full: dropped the {dropped} oldest turn{'s' * (dropped > 1)} "
+                                f"(the system prompt stays)")
+        return prompt
+
+    def reply(self, text: str) -> Iterator[Piece]:
+        """Fit the prompt (notices say what was dropped), then stream the assistant's reply to `text`.
+
+        The reply, even a partial one cut by Ctrl-C, joins the conversation with its sampled tokens.
+        """
+        user = {"role": "user", "content": text}
+        prompt = self._fit(user)
+        self.messages.append(user)
+        return self._stream(prompt)
+
+    def _stream(self, prompt: list[int]) -> Iterator[Piece]:
+        pieces: list[str] = []
+        try:
+            for piece in self.engine.generate(prompt, self.max_tokens):
+                pieces.append(piece.text)
+                yield piece
+        finally:
+            self.messages.append({"role": "assistant", "content": "".join(pieces),
+                                  "tokens": list(self.engine.completion)})
+            self.totals.add(self.engine.stats)
+            self.replies += 1
+
+    @property
+    def last(self) -> Stats | None:
+        return self.engine.stats if self.replies else None
+
+    def clear(self) -> None:
+        """A new conversation: no messages, empty caches."""
+        self.messages.clear()
+        self.engine.target.reset()
+        if self.engine.draft is not None:
+            self.engine.draft.reset()
+
+    def prefill(self) -> None:
+        """Decode the conversation so far into both caches (after /load or /system)."""
+        tokens = self._rendered(self.messages, generation=False) if self.messages or self.system else []
+        if 0 < len(tokens) < self.engine.target.n_ctx:  # a longer one is cut to fit at the next reply
+            self.engine.target.sync(tokens, 0)
+            if self.engine.draft is not None:
+                self.engine.draft.sync(tokens, 0)
+
+    def to_json(self) -> dict:
+        return {"version": SAVE_VERSION, "system": self.system,
+                "messages": [{"role": m["role"], "content": m["content"]} for m in self.messages]}
+
+    def save(self, path: Path) -> None:
+        """Write the conversation as JSON (atomically: a crash never leaves half a file)."""
+        path = Path(path).expanduser()
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1))
+            tmp.replace(path)
+        except OSError as e:
+            raise LocalspecError(f"cannot save to {path}: {e.strerror}") from None
+
+    def load(self, path: Path) -> None:
+        """Replace the conversation with one saved by save(), and prefill it."""
+        path = Path(path).expanduser()
+        try:
+            data = json.loads(path.read_text())
+            messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in data["messages"]]
+            system = data.get("system")
+        except OSError as e:
+            raise LocalspecError(f"cannot read {path}: {e.strerror}") from None
+        except (ValueError, KeyError, TypeError):
+            raise LocalspecError(f"{path} is not a saved localspec conversation") from None
+        if any(m["role"] not in ("user", "assistant") for m in messages):
+            raise LocalspecError(f"{path}: messages must be from 'user' or 'assistant'")
+        self.system, self.messages = (str(system) if system else None), messages
+        self.prefill()

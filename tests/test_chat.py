@@ -1,0 +1,159 @@
+"""`localspec chat` driven through prompt-toolkit's pipe input, on the real models."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+
+from localspec.conversation import Conversation
+from localspec.engine import Engine
+from localspec.model import Model
+from localspec.repl import DRAFT_COLOR, Repl
+from localspec.sampling import SamplerSettings
+
+from conftest import assert_same_greedy
+
+GREEDY = SamplerSettings(temperature=0)
+
+
+def drive(conv: Conversation, keys: str, *, color: bool = False, history: Path | None = None,
+          interrupt_after: float | None = None) -> str:
+    """Type `keys` into a real Repl (\\r is Enter, \\x03 is Ctrl-C); return what it printed."""
+    out = io.StringIO()
+    timer = threading.Timer(interrupt_after, os.kill, (os.getpid(), signal.SIGINT)) if interrupt_after else None
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        repl = Repl(conv, out=out, color=color, history=history, pt_input=pipe, pt_output=DummyOutput())
+        if timer:
+            timer.start()
+        try:
+            repl.run()
+        finally:
+            if timer:
+                timer.cancel()
+    return out.getvalue()
+
+
+@pytest.fixture
+def conv(target: Model, draft: Model) -> Conversation:
+    target.reset()
+    draft.reset()
+    return Conversation(Engine(target, draft, GREEDY, 4, seed=0), max_tokens=48)
+
+
+def test_second_turn_prefills_only_its_new_tokens(conv: Conversation) -> None:
+    drive(conv, "What is 2 + 2? Answer briefly.\r/exit\r")
+    first = conv._rendered(conv.messages[:-1])
+    reply = conv.messages[-1]["tokens"]
+    cached = list(conv.engine.target.tokens)
+    drive(conv, "And 3 + 3?\r/exit\r")
+    second = conv._rendered(conv.messages[:-1])
+    assert second[: len(first) + len(reply)] == first + reply  # the history renders as the same tokens
+    reused = next((i for i, (a, b) in enumerate(zip(cached, second)) if a != b), min(len(cached), len(second)))
+    assert reused >= len(first) + len(reply) - 1  # the whole history was still in the cache ...
+    assert conv.engine.stats.prefill_tokens == len(second) - reused  # ... and only the rest was decoded
+    assert conv.engine.stats.prefill_tokens <= len(second) - len(first) - len(reply) + 1
+
+
+def test_greedy_replies_equal_target_alone(target: Model, draft: Model) -> None:
+    turns = ["Write a Python one-liner that reverses a string.", "Now make it a function with a docstring."]
+    replies = {}
+    for k in (4, 0):
+        target.reset()
+        draft.reset()
+        conv = Conversation(Engine(target, draft if k else None, GREEDY, k, seed=0), max_tokens=48)
+        drive(conv, "".join(t + "\r" for t in turns) + "/exit\r")
+        replies[k] = conv
+    spec, base = replies[4], replies[0]
+    for i in (1, 3):  # compare each assistant reply, given the same history before it
+        prompt = base._rendered(base.messages[:i])
+        assert_same_greedy(target, prompt, spec.messages[i]["tokens"], base.messages[i]["tokens"])
+        if spec.messages[i]["tokens"] != base.messages[i]["tokens"]:
+            break  # after a near tie the histories differ; later turns are no longer comparable
+
+
+def test_ctrl_c_mid_reply_keeps_partial_reply_and_repl(conv: Conversation, tmp_path: Path) -> None:
+    conv.max_tokens = 400
+    saved = tmp_path / "conv.json"
+    out = drive(conv, f"Write a long essay about the history of the ocean.\r/save {saved}\r/exit\r",
+                interrupt_after=4.0)
+    assert "[interrupted]" in out and f"saved {saved}" in out
+    data = json.loads(saved.read_text())
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    partial = data["messages"][1]["content"]
+    assert partial and len(conv.messages[1]["tokens"]) < 400
+    assert conv.engine.stats.finish_reason == "length"  # it did not finish by itself
+
+
+def test_ctrl_c_at_prompt_clears_the_line(conv: Conversation) -> None:
+    out = drive(conv, "this line is abandoned\x03/stats\r/exit\r")
+    assert conv.messages == [] and "last reply: none yet" in out
+
+
+def test_save_then_load_round_trips(conv: Conversation, target: Model, draft: Model, tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    drive(conv, f"/system You answer in one word.\rCapital of France?\r/save {path}\r/exit\r")
+    target.reset()
+    draft.reset()
+    other = Conversation(Engine(target, draft, GREEDY, 4, seed=0))
+    out = drive(other, f"/load {path}\r/exit\r")
+    assert f"loaded {path} (2 messages)" in out
+    assert other.to_json() == conv.to_json() and other.system == "You answer in one word."
+    assert len(target.tokens) > 20  # /load prefilled the conversation
+    drive(other, "Capital of Italy?\r/exit\r")
+    assert other.engine.stats.prefill_tokens < 20  # ... so the next turn decodes only its own tokens
+
+
+@pytest.mark.parametrize("line,expect", [
+    ("/set k 8", "k = 8"), ("/set temperature 0.5", "temperature = 0.5"), ("/set top_p 0.9", "top_p = 0.9"),
+    ("/set top_k 10", "top_k = 10"), ("/set min_p 0.1", "min_p = 0.1"), ("/set max_tokens 16", "max_tokens = 16"),
+    ("/set seed 42", "seed = 42"),
+    ("/set k -1", "error: k"), ("/set k 65", "error: k"), ("/set k x", "error: k"),
+    ("/set temperature nan", "error: temperature"), ("/set top_p 0", "error: top_p"),
+    ("/set top_k -3", "error: top_k"), ("/set min_p 2", "error: min_p"), ("/set max_tokens 0", "error: max_tokens"),
+    ("/set seed -5", "error: seed"), ("/set volume 3", "error: cannot set"), ("/set k", "error: usage"),
+    ("/color maybe", "error: usage"), ("/save", "error: usage"), ("/load", "error: usage"),
+    ("/load /nonexistent/x.json", "error: cannot read"), ("/system", "error: usage"),
+    ("/frobnicate", "error: unknown command"), ("/help", "/set NAME VALUE"), ("/stats", "last reply: none yet"),
+])
+def test_slash_commands(conv: Conversation, line: str, expect: str) -> None:
+    out = drive(conv, f"{line}\r/exit\r")
+    assert expect in out
+
+
+def test_set_changes_the_engine(conv: Conversation) -> None:
+    drive(conv, "/set k 6\r/set temperature 0.7\r/set top_k 5\r/set top_p 0.5\r/set min_p 0.2\r"
+                "/set max_tokens 7\r/exit\r")
+    e = conv.engine
+    assert e.k == 6 and conv.max_tokens == 7
+    assert (e.sampler.temperature, e.sampler.top_k, e.sampler.top_p, e.sampler.min_p) == (0.7, 5, 0.5, 0.2)
+
+
+def test_clear_system_color_and_history(conv: Conversation, tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    out = drive(conv, "/color on\rHi!\r/stats\r/clear\r/exit\r", color=False, history=history)
+    assert DRAFT_COLOR in out  # accepted draft tokens are colored once /color on
+    assert "session (1 replies)" in out and "new conversation" in out
+    assert conv.messages == [] and conv.engine.target.tokens == []
+    assert "Hi!" in history.read_text()  # persistent input history
+    out = drive(conv, "/color off\rHi!\r/system Be terse.\r/exit\r", color=True)
+    assert DRAFT_COLOR not in out and conv.system == "Be terse." and conv.messages == []
+
+
+def test_context_overflow_drops_oldest_turns(draft_path: Path) -> None:
+    small = Model(draft_path, n_ctx=256)
+    conv = Conversation(Engine(small, None, GREEDY, 0, seed=0), system="Be brief.", max_tokens=16)
+    filler = "Please remember this sentence about apples and oranges. " * 6
+    out = drive(conv, "".join(f"{filler} Turn {i}: say ok.\r" for i in range(4)) + "/exit\r")
+    assert "context full: dropped the" in out
+    assert conv.system == "Be brief." and conv.messages[0]["role"] == "user"
+    assert "Turn 0" not in conv.messages[0]["content"]
+    assert len(conv._rendered(conv.messages)) <= 256
