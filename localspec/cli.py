@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -34,11 +35,21 @@ def _ranged(name: str, *flags: str, help: str):
     return typer.Option(*flags, callback=checked, help=f"{help} Range {'(' if lo_open else '['}{lo:g}, {hi:g}].")
 
 
+def _parse_k(value: str) -> str:
+    if value != "auto":
+        try:
+            check("k", int(value))
+        except ValueError:
+            raise typer.BadParameter("must be 'auto' or a whole number in [0, 64]") from None
+    return value
+
+
 # Options shared by every command that loads models (typer reads them from the annotations).
 Target = Annotated[Optional[str], typer.Option("--target", "-t", help="Target GGUF: a path or a catalog name. Default: the default pair's target.")]
-Draft = Annotated[Optional[str], typer.Option("--draft", "-d", help="Draft GGUF with the target's vocabulary: a path or a catalog name.")]
+Draft = Annotated[str, typer.Option("--draft", "-d", help="Drafter: 'auto' (the default draft model plus n-gram copying), 'ngram' (copying from the prompt and output only, no draft model), or a draft GGUF with the target's vocabulary (a path or a catalog name).")]
+NoNgram = Annotated[bool, typer.Option("--no-ngram", help="Draft with the model only, no n-gram copying.")]
 NoDraft = Annotated[bool, typer.Option("--no-draft", help="Run the target alone through the same sampler (the baseline).")]
-K = Annotated[int, _ranged("k", "--k", help="Draft tokens proposed per round (0 = target alone).")]
+K = Annotated[str, typer.Option("--k", callback=lambda v: _parse_k(v), help="Draft tokens per round: 'auto' picks the fastest k each round from this machine's measured costs (0 included); a number 0-64 fixes it (0 = target alone).")]
 Temperature = Annotated[float, _ranged("temperature", "--temperature", "--temp", help="Sampling temperature; 0 is greedy (the target's argmax).")]
 TopK = Annotated[int, _ranged("top_k", "--top-k", help="Keep the k most likely tokens (0 = off).")]
 TopP = Annotated[float, _ranged("top_p", "--top-p", help="Keep the smallest set of tokens with this much probability (1 = off).")]
@@ -53,9 +64,10 @@ DraftGpuLayers = Annotated[int, _ranged("gpu_layers", "--draft-gpu-layers", help
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat template mode only).")]
 
 
-def _config(target, draft, no_draft, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
+def _config(target, draft, no_draft, no_ngram, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
             gpu_layers, draft_gpu_layers) -> RunConfig:
-    return RunConfig(target=target, draft=draft, no_draft=no_draft, k=k,
+    return RunConfig(target=target, draft=draft, no_draft=no_draft, ngram=not no_ngram,
+                     k=None if k == "auto" else int(k),
                      sampler=SamplerSettings(temperature, top_k, top_p, min_p), seed=seed, ctx=ctx,
                      threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
 
@@ -77,7 +89,8 @@ def _read_prompt(prompt: str | None) -> str:
 @app.command()
 def generate(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; read from standard input when omitted.")] = None,
-    target: Target = None, draft: Draft = None, no_draft: NoDraft = False, k: K = 4,
+    target: Target = None, draft: Draft = "auto", no_draft: NoDraft = False, no_ngram: NoNgram = False,
+    k: K = "auto",
     temperature: Temperature = 0.8, top_k: TopK = 40, top_p: TopP = 0.95, min_p: MinP = 0.05,
     seed: Seed = None, max_tokens: MaxTokens = 512, stop: Stop = None, system: System = None,
     raw: Annotated[bool, typer.Option("--raw", help="Plain completion of the text, without the chat template.")] = False,
@@ -88,7 +101,7 @@ def generate(
     from localspec.generate import run_generate
 
     text = _read_prompt(prompt)
-    cfg = _config(target, draft, no_draft, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
+    cfg = _config(target, draft, no_draft, no_ngram, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
                   gpu_layers, draft_gpu_layers)
     result, summary = run_generate(cfg, text, raw=raw, system=system, max_tokens=max_tokens, stops=stop or [],
                           stream=not as_json)
@@ -103,7 +116,8 @@ def generate(
 
 @app.command()
 def chat(
-    target: Target = None, draft: Draft = None, no_draft: NoDraft = False, k: K = 4,
+    target: Target = None, draft: Draft = "auto", no_draft: NoDraft = False, no_ngram: NoNgram = False,
+    k: K = "auto",
     temperature: Temperature = 0.8, top_k: TopK = 40, top_p: TopP = 0.95, min_p: MinP = 0.05,
     seed: Seed = None, max_tokens: MaxTokens = 1024, system: System = None,
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
@@ -115,13 +129,52 @@ def chat(
     from localspec.repl import Repl
     from localspec.runtime import load_engine
 
-    cfg = _config(target, draft, no_draft, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
+    cfg = _config(target, draft, no_draft, no_ngram, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
                   gpu_layers, draft_gpu_layers)
     with loading("loading models…"):
         engine = load_engine(cfg)
     conv = Conversation(engine, system=system, max_tokens=max_tokens)
     conv.prefill()
     Repl(conv, history=data_dir() / "history").run()
+
+
+@app.command()
+def bench(
+    prompts: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL file of {\"prompt\": ..., \"task\": ...} (default: the built-in set: write code, edit code, summarize, chat).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the raw figures to this JSON file.")] = None,
+    plot_out: Annotated[Optional[Path], typer.Option("--plot", help="Draw tok/s and acceptance per strategy and task to this PNG.")] = None,
+    max_tokens: MaxTokens = 256, temperature: Temperature = 0.0, seed: Annotated[int, _ranged("seed", "--seed", help="Random seed of every run.")] = 0,
+    no_lookup: Annotated[bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")] = False,
+    target: Target = None, draft: Draft = "auto",
+    ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
+) -> None:
+    """Run every strategy (target alone, model draft k=2/4/8, n-gram, auto) on the same prompts and compare."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from localspec.bench import STRATEGIES, load_prompts, plot, print_table, run_bench
+    from localspec.costs import load_costs
+    from localspec.generate import loading
+    from localspec.runtime import load_models
+
+    rows = load_prompts(prompts)
+    cfg = RunConfig(target=target, draft="auto" if draft == "ngram" else draft, k=4, ctx=ctx, threads=threads,
+                    gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    with loading("loading models and measuring this machine's decode costs…"):
+        t, d = load_models(cfg)
+        cost = load_costs(t, d)
+    runs = len(rows) * (len(STRATEGIES) + (not no_lookup))
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("bench", total=runs)
+        result = run_bench(t, d, cost, rows, max_tokens=max_tokens,
+                           sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed, lookup=not no_lookup,
+                           progress=lambda what: bar.update(task, advance=1, description=what))
+    out = Console()
+    print_table(result, out if out.is_terminal else Console(width=160))
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=1))
+    if plot_out:
+        plot(result, plot_out)
 
 
 @models_app.command("install")

@@ -8,9 +8,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from localspec.controller import CostModel, Plan, Planner
 from localspec.errors import LocalspecError
 from localspec.model import ContextFull, Model
-from localspec.sampling import SamplerSettings, process, sample, verify
+from localspec.ngram import NgramDrafter
+from localspec.sampling import OneHot, SamplerSettings, process, sample, verify
 from localspec.text import TextStream
 
 
@@ -26,6 +28,8 @@ class Stats:
     accepted: int = 0
     prefill_seconds: float = 0.0
     wall_seconds: float = 0.0
+    target_seconds: float = 0.0  # inside llama_decode during decoding: the target ...
+    draft_seconds: float = 0.0  # ... and the draft model (the rest of wall_seconds is Python)
     finish_reason: str = "length"
 
     @property
@@ -43,7 +47,7 @@ class Stats:
     def add(self, other: "Stats") -> None:
         """Accumulate another generation's counters (session totals)."""
         for name in ("prompt_tokens", "prefill_tokens", "completion_tokens", "target_passes", "drafted",
-                     "accepted", "prefill_seconds", "wall_seconds"):
+                     "accepted", "prefill_seconds", "wall_seconds", "target_seconds", "draft_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def summary(self) -> str:
@@ -72,35 +76,62 @@ class Piece:
 
 
 class Engine:
-    """Speculative sampling of `target`, with `draft` proposing k tokens a round (k = 0: target alone)."""
+    """Speculative sampling of `target`: each round a draft (model or n-gram copy) proposes tokens.
 
-    def __init__(self, target: Model, draft: Model | None, sampler: SamplerSettings, k: int,
-                 seed: int) -> None:
-        self.target, self.draft, self.sampler = target, draft, sampler
-        self.k = k if draft is not None else 0
+    k is the draft length, or None for the cost-aware choice of each round (needs `cost`).
+    """
+
+    def __init__(self, target: Model, draft: Model | None, sampler: SamplerSettings, k: int | None,
+                 seed: int, *, ngram: bool = False, cost: CostModel | None = None) -> None:
+        self.target, self.draft, self.sampler, self.cost = target, draft, sampler, cost
+        self.planner = Planner(model=draft is not None, ngram=NgramDrafter() if ngram else None, k=k, cost=cost)
         self.rng = np.random.default_rng(seed)
         self.stats = Stats()
         self.completion: list[int] = []
         self._pending = np.empty((0, target.n_vocab), np.float32)  # target logits already computed
 
-    def _step(self, ctx: list[int], k: int) -> tuple[list[int], int]:
-        """One round on ctx: the emitted tokens, and how many of them were accepted draft tokens.
+    @property
+    def k(self) -> int | None:
+        return self.planner.k
+
+    @k.setter
+    def k(self, value: int | None) -> None:
+        self.planner.k = value
+
+    def _draft(self, ctx: list[int], plan: Plan) -> tuple[list[int], list[np.ndarray | OneHot]]:
+        """The draft tokens of a plan and the distribution q each was drawn from."""
+        if plan.kind == "ngram":
+            return list(plan.tokens), [OneHot(t) for t in plan.tokens]
+        draft: list[int] = []
+        q: list[np.ndarray] = []
+        for _ in range(plan.k):  # the draft model proposes one token at a time, keeping each q
+            t0, n0 = time.perf_counter(), self.draft.n_decoded
+            q.append(process(self.draft.sync(ctx + draft)[-1], self.sampler))
+            if self.cost is not None and self.draft.n_decoded - n0 == 1:
+                self.cost.observe_draft(time.perf_counter() - t0)
+            draft.append(sample(q[-1], self.rng))
+        return draft, q
+
+    def _step(self, ctx: list[int], room: int) -> tuple[list[int], int, int]:
+        """One round on ctx: emitted tokens, accepted draft tokens, drafted tokens.
 
         The target cache holds ctx[:-1], or all of ctx when the prefill left the next logits pending.
         """
-        s, rng = self.sampler, self.rng
-        draft: list[int] = []
-        q: list[np.ndarray] = []
-        for _ in range(k):  # the draft proposes k tokens one at a time, keeping each q
-            q.append(process(self.draft.sync(ctx + draft)[-1], s))
-            draft.append(sample(q[-1], rng))
+        plan = self.planner.plan(ctx, room)
+        draft, q = self._draft(ctx, plan)
         pending, self._pending = self._pending, self._pending[:0]
-        logits = np.concatenate([pending, self.target.sync(ctx + draft, k + 1 - len(pending))])  # one batch
-        tokens, n = verify(lambda i: process(logits[i], s), q, draft, rng)
+        n_new, t0 = len(draft) + 1 - len(pending), time.perf_counter()
+        logits = self.target.sync(ctx + draft, n_new)  # one batch: all new positions, their logits only
+        if len(pending):
+            logits = np.concatenate([pending, logits])
+        if self.cost is not None and n_new:
+            self.cost.observe_verify(n_new, time.perf_counter() - t0)
+        tokens, n = verify(lambda i: process(logits[i], self.sampler), q, draft, self.rng)
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
         if self.draft is not None:
             self.draft.trim(min(len(self.draft.tokens), len(ctx) + n))
-        return tokens, n
+        self.planner.observe(ctx + tokens, plan, n)
+        return tokens, n, len(draft)
 
     def _prefill(self, prompt: list[int]) -> None:
         if not prompt:
@@ -118,13 +149,15 @@ class Engine:
     def generate(self, prompt: list[int], max_tokens: int, stops: Sequence[str] = ()) -> Iterator[Piece]:
         """Stream the completion of `prompt`; self.stats and self.completion fill in as it goes."""
         self.stats, self.completion = Stats(prompt_tokens=len(prompt)), []
+        if self.planner.ngram is not None:
+            self.planner.ngram.reset()
         st, stream, ctx = self.stats, TextStream(stops), list(prompt)
         self._prefill(ctx)
-        t0 = time.perf_counter()
+        t0, target0, draft0 = time.perf_counter(), self.target.decode_seconds, self._draft_seconds()
         try:
             while st.completion_tokens < max_tokens and len(ctx) < self.target.n_ctx:
-                k = max(0, min(self.k, max_tokens - st.completion_tokens - 1, self.target.n_ctx - len(ctx)))
-                tokens, n = self._step(ctx, k)
+                room = min(max_tokens - st.completion_tokens - 1, self.target.n_ctx - len(ctx))
+                tokens, n, k = self._step(ctx, room)
                 st.target_passes, st.drafted, st.accepted = st.target_passes + 1, st.drafted + k, st.accepted + n
                 for i, tok in enumerate(tokens):
                     if self.target.is_eog(tok):
@@ -146,3 +179,8 @@ class Engine:
                 yield Piece(tail, False)
         finally:
             st.wall_seconds = time.perf_counter() - t0
+            st.target_seconds = self.target.decode_seconds - target0
+            st.draft_seconds = self._draft_seconds() - draft0
+
+    def _draft_seconds(self) -> float:
+        return self.draft.decode_seconds if self.draft is not None else 0.0

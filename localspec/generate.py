@@ -7,6 +7,7 @@ from contextlib import nullcontext
 
 from rich.console import Console
 
+from localspec.costs import save_costs
 from localspec.prompt import chat_tokens, raw_tokens
 from localspec.runtime import RunConfig, load_engine
 
@@ -36,8 +37,10 @@ def run_generate(cfg: RunConfig, text: str, *, raw: bool, system: str | None, ma
                 sys.stdout.flush()
     except KeyboardInterrupt:
         engine.stats.finish_reason = "interrupted"
+    if engine.cost is not None:
+        save_costs(engine.target, engine.draft, engine.cost)
     s = cfg.sampler
-    return {"text": "".join(out), **engine.stats.to_dict(), "k": engine.k, "temperature": s.temperature,
+    return {"text": "".join(out), **engine.stats.to_dict(), "k": "auto" if engine.k is None else engine.k, "temperature": s.temperature,
             "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p, "seed": cfg.seed,
             "target": str(engine.target.path),
             "draft": str(engine.draft.path) if engine.draft else None}, engine.stats.summary()

@@ -52,6 +52,7 @@ class Model:
         except (ValueError, RuntimeError) as e:
             raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None
         self.path = Path(path)
+        self.n_threads, self.n_gpu_layers = n_threads, n_gpu_layers
         self.name = self.path.name
         self.n_batch = n_batch
         self.n_ctx = self.llm.n_ctx()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.catalog import default_pair, models_dir, resolve
+from localspec.costs import load_costs
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
 from localspec.model import Model, gpu_offload_supported, vocab_mismatch
@@ -32,9 +33,10 @@ class RunConfig:
     """Everything needed to load a model pair and sample from it."""
 
     target: str | None = None
-    draft: str | None = None
+    draft: str = "auto"  # "auto" (default draft model + n-gram), "ngram", or a draft model
     no_draft: bool = False
-    k: int = 4
+    ngram: bool = True  # n-gram proposals beside the draft model
+    k: int | None = None  # None: the cost-aware choice each round
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     seed: int | None = None
     ctx: int = 4096
@@ -42,12 +44,16 @@ class RunConfig:
     gpu_layers: int = -1
     draft_gpu_layers: int = -1
 
+    @property
+    def target_alone(self) -> bool:
+        return self.no_draft or self.k == 0
+
     def paths(self) -> tuple[Path, Path | None]:
         t_default, d_default = default_pair()
         target = resolve(self.target) if self.target else models_dir() / t_default.file
-        if self.no_draft or self.k == 0:
+        if self.target_alone or self.draft == "ngram":
             return target, None
-        return target, resolve(self.draft) if self.draft else models_dir() / d_default.file
+        return target, models_dir() / d_default.file if self.draft == "auto" else resolve(self.draft)
 
     def resolved_seed(self) -> int:
         if self.seed is None:
@@ -69,6 +75,9 @@ def load_models(cfg: RunConfig) -> tuple[Model, Model | None]:
 
 
 def load_engine(cfg: RunConfig) -> Engine:
-    """Models and a seeded engine for cfg."""
+    """Models, measured costs (for automatic k) and a seeded engine for cfg."""
     target, draft = load_models(cfg)
-    return Engine(target, draft, cfg.sampler, cfg.k, cfg.resolved_seed())
+    ngram = not cfg.target_alone and (cfg.ngram or cfg.draft == "ngram")
+    cost = load_costs(target, draft) if cfg.k is None and not cfg.target_alone else None
+    return Engine(target, draft, cfg.sampler, 0 if cfg.target_alone else cfg.k, cfg.resolved_seed(),
+                  ngram=ngram, cost=cost)

@@ -76,6 +76,23 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
 
 
+class OneHot:
+    """A one-hot distribution at `token` (an n-gram draft's q) that never builds a vocabulary-sized array."""
+
+    __array_ufunc__ = None  # make `p - q` call __rsub__ below
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+    def __getitem__(self, x: int) -> float:
+        return 1.0 if x == self.token else 0.0
+
+    def __rsub__(self, p: np.ndarray) -> np.ndarray:
+        out = np.array(p, dtype=np.float64)
+        out[self.token] -= 1.0
+        return out
+
+
 def verify(p_at: Callable[[int], np.ndarray], q: Sequence[np.ndarray], draft: Sequence[int],
            rng: np.random.Generator) -> tuple[list[int], int]:
     """Speculative rejection sampling (Leviathan et al. 2022, Algorithm 1).

@@ -185,3 +185,18 @@ def test_sample_follows_weights() -> None:
     w = np.array([1.0, 0.0, 3.0, 6.0])
     counts = np.bincount([sample(w, rng) for _ in range(TRIALS)], minlength=4)
     _assert_matches(counts, w / w.sum())
+
+
+def test_one_hot_q_behaves_like_dense_one_hot() -> None:
+    from localspec.sampling import OneHot
+
+    p = np.array([0.2, 0.5, 0.3, 0.0])
+    dense = np.eye(4)[1]
+    assert OneHot(1)[1] == 1.0 and OneHot(1)[2] == 0.0
+    np.testing.assert_array_equal(p - OneHot(1), p - dense)
+    counts = np.zeros(4, dtype=np.int64)
+    rng = np.random.default_rng(21)
+    for _ in range(TRIALS):
+        tokens, _ = verify(lambda i: p, [OneHot(1)], [1], rng)
+        counts[tokens[0]] += 1
+    _assert_matches(counts, p)

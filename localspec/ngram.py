@@ -1,0 +1,142 @@
+"""Prompt-lookup (n-gram) drafting that follows where the output is copying from.
+
+The drafter keeps a planned continuation: the tokens after a pointer into the context (prompt and
+output so far) that the output is copying. While the copy holds it proposes from that plan; after
+an edit (the target wrote something else) it resynchronizes on the longest match of the last
+tokens, preferring matches just after the point where the copy broke. When it resynchronizes there
+it learns the edit (these source tokens became those output tokens, a rename say) and applies it
+to later occurrences, so copies run straight through repeated edits. It also tracks how long copies
+hold (a break rate by run length) for the controller. Proposals are one-hot: sampling stays exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
+_MAX_EDIT = 16  # longest edit (either side) it learns
+
+
+def _bucket(run: int) -> int:
+    return next((i for i, b in enumerate(_RUN_BUCKETS) if run <= b), len(_RUN_BUCKETS))
+
+
+class NgramDrafter:
+    """Copies continuations from the context; learns edits and how long copies hold."""
+
+    def __init__(self, max_ngram: int = 8, resync_window: int = 48, decay: float = 0.97) -> None:
+        self.max_ngram, self.resync_window, self.decay = max_ngram, resync_window, decay
+        self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}  # source tokens -> what the output wrote
+        self.broken: set[int] = set()  # source tokens where a copy broke and no edit is known yet
+        n = len(_RUN_BUCKETS) + 1
+        self.copied = np.array([2.0, 3, 4, 8, 16, 32, 48])[:n]  # decayed counts: tokens that held, breaks
+        self.breaks = np.ones(n)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the copy position (a new context); what was learned about edits and breaks stays."""
+        self.plan: list[int] = []  # the continuation the copy predicts
+        self.plan_src: list[int] = []  # for each planned token, the source index after it
+        self.run = 0  # tokens confirmed in the current copy (starts at the matched n-gram length)
+        self.anchor: int | None = None  # source index where the last copy broke ...
+        self.broke_at = 0  # ... and the output index of the token that broke it
+
+    # ---- finding and extending the copy ------------------------------------------------------
+    def _resync(self, ctx: list[int]) -> None:
+        arr, n = np.asarray(ctx), len(ctx)
+        cand = np.flatnonzero(arr[: n - 1] == arr[-1])
+        self.plan, self.plan_src, self.run = [], [], 0
+        if cand.size == 0:
+            return
+        length = np.ones(cand.size, dtype=np.int64)
+        alive = np.ones(cand.size, dtype=bool)
+        for back in range(1, self.max_ngram):
+            alive &= (cand - back >= 0) & (arr[np.maximum(cand - back, 0)] == arr[n - 1 - back])
+            length += alive
+        score = length + cand / n  # the longest match, then the most recent
+        near = np.zeros(cand.size, dtype=bool)
+        if self.anchor is not None:  # after an edit the copy usually resumes just after it
+            near = (cand + 1 >= self.anchor) & (cand + 1 <= self.anchor + self.resync_window)
+            score = score + 2.0 * near
+        best = int(np.argmax(score))
+        pointer, matched = int(cand[best]) + 1, int(length[best])
+        if self.anchor is not None and not near[best] and matched < 3:
+            return  # a short match elsewhere right after an edit is mostly noise
+        if near[best]:
+            self._learn_edit(ctx, pointer, matched)
+        self.run = matched
+        self._extend(ctx, pointer, 1)
+
+    def _learn_edit(self, ctx: list[int], pointer: int, matched: int) -> None:
+        src_end, out_end = pointer - matched, len(ctx) - matched
+        if src_end >= self.anchor and out_end >= self.broke_at:
+            src, out = tuple(ctx[self.anchor:src_end]), tuple(ctx[self.broke_at:out_end])
+            if src and len(src) <= _MAX_EDIT and len(out) <= _MAX_EDIT:
+                self.edits[src] = out
+                self.broken.discard(src[0])
+        self.anchor = None
+
+    def _extend(self, ctx: list[int], pos: int, want: int) -> None:
+        """Append to the plan from source index pos, applying learned edits, to `want` tokens."""
+        heads = {src[0] for src in self.edits}
+        while len(self.plan) < want and pos < len(ctx):
+            edit = ctx[pos] in heads and next(
+                (e for e in self.edits.items() if tuple(ctx[pos:pos + len(e[0])]) == e[0]), None)
+            if edit:
+                pos += len(edit[0])
+                self.plan += edit[1]
+                self.plan_src += [pos] * len(edit[1])
+            else:
+                if self.plan and ctx[pos] in self.broken:
+                    return  # stop before a source token that was edited in a way not yet learned
+                self.plan.append(ctx[pos])
+                pos += 1
+                self.plan_src.append(pos)
+
+    def propose(self, ctx: list[int], k_max: int) -> list[int]:
+        """Up to k_max tokens the output is expected to copy next."""
+        if not self.plan:
+            self._resync(ctx)
+        if self.plan and len(self.plan) < k_max:
+            self._extend(ctx, self.plan_src[-1], k_max)
+        return self.plan[:k_max]
+
+    # ---- learning from the target ------------------------------------------------------------
+    def survival(self, n: int) -> list[float]:
+        """S_j, j = 1..n: the estimated probability that the first j proposed tokens all hold."""
+        rate = self.breaks / (self.copied + self.breaks)
+        s, out = 1.0, []
+        for j in range(n):
+            s *= 1.0 - rate[_bucket(self.run + j)]
+            out.append(s)
+        return out
+
+    def observe(self, ctx: list[int], accepted: int) -> None:
+        """Learn from a round; ctx already ends with the tokens it emitted (accepted + 1)."""
+        if not self.plan:
+            if self.anchor is not None and len(ctx) - self.broke_at > self.resync_window:
+                self.anchor = None  # the copy never resumed near the edit
+            return
+        self.copied *= self.decay
+        self.breaks *= self.decay
+        for j in range(accepted):
+            self.copied[_bucket(self.run + j)] += 1
+        emitted = ctx[-1]
+        if accepted < len(self.plan) and self.plan[accepted] == emitted:  # the target's own token copied too
+            self.copied[_bucket(self.run + accepted)] += 1
+            del self.plan[: accepted + 1], self.plan_src[: accepted + 1]
+            self.run += accepted + 1
+            return
+        src_pos = self.plan_src[accepted - 1] if accepted else self.plan_src[0] - 1
+        if accepted == len(self.plan):  # the plan ran out (end of context or an unlearned edit)
+            if src_pos < len(ctx) - 1 and ctx[src_pos] == emitted:
+                self.broken.discard(emitted)  # not edited this time
+                self.plan, self.plan_src = [], []
+                self._extend(ctx, src_pos + 1, 1)
+                self.run += accepted + 1
+                return
+        self.breaks[_bucket(self.run + accepted)] += 1
+        if src_pos < len(ctx) - accepted - 1:
+            self.broken.add(ctx[src_pos])
+            self.anchor, self.broke_at = src_pos, len(ctx) - 1
+        self.plan, self.plan_src = [], []  # resynchronize next round
