@@ -120,6 +120,7 @@ def chat(
     k: K = "auto",
     temperature: Temperature = 0.8, top_k: TopK = 40, top_p: TopP = 0.95, min_p: MinP = 0.05,
     seed: Seed = None, max_tokens: MaxTokens = 1024, system: System = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the last conversation (saved after every turn).")] = False,
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
 ) -> None:
     """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
@@ -134,8 +135,18 @@ def chat(
     with loading("loading models…"):
         engine = load_engine(cfg)
     conv = Conversation(engine, system=system, max_tokens=max_tokens)
-    conv.prefill()
-    Repl(conv, history=data_dir() / "history").run()
+    autosave = data_dir() / "last-chat.json"
+    if resume:
+        if not autosave.exists():
+            raise LocalspecError(f"no saved conversation to resume ({autosave} does not exist)")
+        conv.load(autosave)
+        print(f"resumed {len(conv.messages)} messages from {autosave}", file=sys.stderr)
+    else:
+        conv.prefill()
+    Repl(conv, history=data_dir() / "history", autosave=autosave).run()
+    if engine.cost is not None:
+        from localspec.costs import save_costs
+        save_costs(engine.target, engine.draft, engine.cost)
 
 
 @app.command()

@@ -100,6 +100,7 @@ class Conversation:
         path = Path(path).expanduser()
         tmp = path.with_name(path.name + ".tmp")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1))
             tmp.replace(path)
         except OSError as e:

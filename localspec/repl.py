@@ -21,7 +21,7 @@ DRAFT_COLOR, RESET = "\x1b[36m", "\x1b[0m"
 SETTABLE = ("k", "temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
 HELP = """commands:
   /help                 this help
-  /set NAME VALUE       set k, temperature, top_p, top_k, min_p, max_tokens or seed
+  /set NAME VALUE       set k (a number or auto), temperature, top_p, top_k, min_p, max_tokens or seed
   /stats                last reply and session: tokens, tok/s, acceptance, tokens per pass, prefill
   /clear                start a new conversation (caches reset)
   /system TEXT          set the system prompt (starts a new conversation)
@@ -50,8 +50,8 @@ class Repl:
     """Read a line, answer it or run a slash command, until /exit or Ctrl-D."""
 
     def __init__(self, conv: Conversation, *, out: TextIO | None = None, color: bool | None = None,
-                 history: Path | None = None, pt_input=None, pt_output=None) -> None:
-        self.conv = conv
+                 history: Path | None = None, autosave: Path | None = None, pt_input=None, pt_output=None) -> None:
+        self.conv, self.autosave = conv, autosave
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         if history is not None:
@@ -80,7 +80,7 @@ class Repl:
             tail = f" · last {last.tokens_per_second:.1f} tok/s"
             if last.acceptance_rate is not None:
                 tail += f", acceptance {last.acceptance_rate:.0%}"
-        return f" {names} · k={e.k} · T={e.sampler.temperature:g}{tail} "
+        return f" {names} · k={'auto' if e.k is None else e.k} · T={e.sampler.temperature:g}{tail} "
 
     def run(self) -> None:
         """The read-answer loop."""
@@ -116,6 +116,9 @@ class Repl:
         except KeyboardInterrupt:
             stream.close()
             self._write(" [interrupted]")
+        finally:
+            if self.autosave is not None:  # a crash or a killed terminal loses at most the reply in flight
+                self.conv.save(self.autosave)
         self._write("\n")
 
     def command(self, line: str) -> None:
@@ -160,6 +163,12 @@ class Repl:
         engine, conv = self.conv.engine, self.conv
         if name not in SETTABLE:
             _bad(f"cannot set {name!r}; settable: {', '.join(SETTABLE)}")
+        if name == "k" and raw == "auto":
+            if engine.cost is None:
+                _bad("k auto needs the measured costs: start chat with --k auto (the default)")
+            engine.k = None
+            self._say("k = auto")
+            return
         is_int = name in ("k", "top_k", "max_tokens", "seed")
         try:
             value = check(name, int(raw) if is_int else float(raw))

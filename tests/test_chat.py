@@ -25,13 +25,14 @@ GREEDY = SamplerSettings(temperature=0)
 
 
 def drive(conv: Conversation, keys: str, *, color: bool = False, history: Path | None = None,
-          interrupt_after: float | None = None) -> str:
+          autosave: Path | None = None, interrupt_after: float | None = None) -> str:
     """Type `keys` into a real Repl (\\r is Enter, \\x03 is Ctrl-C); return what it printed."""
     out = io.StringIO()
     timer = threading.Timer(interrupt_after, os.kill, (os.getpid(), signal.SIGINT)) if interrupt_after else None
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
-        repl = Repl(conv, out=out, color=color, history=history, pt_input=pipe, pt_output=DummyOutput())
+        repl = Repl(conv, out=out, color=color, history=history, autosave=autosave, pt_input=pipe,
+                    pt_output=DummyOutput())
         if timer:
             timer.start()
         try:

@@ -24,7 +24,7 @@ def _json(*args: str, input: bytes | None = None) -> dict:
 def test_generate_json_record(target_path, draft_path) -> None:
     out = _json("Write a haiku about rivers.", "-n", "40", "--seed", "7")
     assert JSON_FIELDS <= out.keys()
-    assert out["text"].strip() and out["seed"] == 7 and out["k"] == 4
+    assert out["text"].strip() and out["seed"] == 7 and out["k"] == "auto"
     assert out["accepted"] <= out["drafted"]
     assert out["completion_tokens"] <= out["accepted"] + out["target_passes"]
     assert out["acceptance_rate"] == pytest.approx(out["accepted"] / out["drafted"])
@@ -94,3 +94,19 @@ def test_peak_rss_of_256_token_generate(target_path, draft_path) -> None:
     limit = target_path.stat().st_size + draft_path.stat().st_size + 600 * 2**20
     print(f"peak RSS {peak / 2**20:.0f} MiB, limit {limit / 2**20:.0f} MiB")
     assert peak < limit
+
+
+def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"task": "rename", "prompt": "Rename a to b: def f(a):\\n    return a * 2"}\n'
+                       '{"prompt": "Say hello."}\n')
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    proc = run_cli("bench", "--prompts", str(prompts), "-n", "12", "--json", str(out_json), "--plot", str(out_png))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out_json.read_text())
+    strategies = {r["strategy"] for r in data["rows"]}
+    assert {"target-only", "model k=2", "model k=4", "model k=8", "ngram k=32", "auto"} <= strategies
+    assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2"}
+    assert all(r["tokens_per_second"] > 0 for r in data["rows"] if r["strategy"] != "llama-cpp-python prompt lookup")
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "target-only" in proc.stdout and "auto" in proc.stdout

@@ -104,3 +104,22 @@ def test_caches_hold_exactly_the_accepted_prefix(target, draft) -> None:
 def test_max_tokens_exact(target, draft) -> None:
     tokens, _, engine = _run(target, draft, raw_tokens(target, PROMPTS[1]), 8, n=13)
     assert len(tokens) == 13 and engine.stats.finish_reason == "length"
+
+
+EDIT = ("Rename the variable `total` to `acc` in this code and reply with the code only:\n"
+        "def sum_list(values):\n    total = 0\n    for v in values:\n        total += v\n"
+        "    print('total is', total)\n    return total\n")
+
+
+@pytest.mark.parametrize("k", [None, 32])
+def test_ngram_drafting_keeps_greedy_output(target, k) -> None:
+    """Copying drafts (fixed k = 32, and the controller) change nothing in the greedy text."""
+    from localspec.controller import CostModel
+
+    cost = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576})
+    prompt = chat_tokens(target, [{"role": "user", "content": EDIT}])
+    baseline = _run(target, None, prompt, 0, n=80)[0]
+    engine = Engine(target, None, GREEDY, k, seed=0, ngram=True, cost=cost)
+    "".join(p.text for p in engine.generate(prompt, 80))
+    assert_same_greedy(target, prompt, engine.completion, baseline)
+    assert engine.stats.accepted > 20 and engine.stats.target_passes < len(baseline) / 2

@@ -1,0 +1,86 @@
+"""The cost-aware controller and the n-gram drafter, without a model (pure logic)."""
+
+from __future__ import annotations
+
+from localspec.controller import Acceptance, CostModel, Planner, best_k
+from localspec.ngram import NgramDrafter
+
+CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft_token=0.026)
+FLAT = CostModel({1: 0.020, 2: 0.020, 4: 0.021, 8: 0.021, 16: 0.022, 32: 0.024}, draft_token=0.002)
+
+
+def test_picks_k0_when_drafting_cannot_win() -> None:
+    """The measured CPU curve: a model draft at alpha 0.6 costs more than it saves at any k."""
+    k, rate = best_k(Acceptance(6, 4).survival(16), CPU, CPU.draft_token)
+    assert k == 0 and rate == 1 / CPU.verify_cost(1)
+
+
+def test_picks_large_k_when_verify_is_flat_and_alpha_high() -> None:
+    k, _ = best_k(Acceptance(95, 5).survival(16), FLAT, FLAT.draft_token)
+    assert k >= 8
+
+
+def test_ngram_long_copies_use_wide_verify_on_cpu() -> None:
+    """A free draft with a copy that holds: the CPU's cheap wide batches win."""
+    k, rate = best_k([0.99 ** j for j in range(1, 33)], CPU, 0.0)
+    assert k >= 16 and rate > 2 / CPU.verify_cost(1)
+
+
+def test_interpolation_and_running_average() -> None:
+    cost = CostModel({1: 0.05, 8: 0.30})
+    assert abs(cost.verify_cost(4) - (0.05 + 0.25 * 3 / 7)) < 1e-12
+    assert cost.verify_cost(16) > cost.verify_cost(8)
+    cost.observe_verify(8, 0.40)
+    assert 0.30 < cost.verify[8] < 0.40
+
+
+def test_planner_probes_the_model_again_and_backs_off() -> None:
+    planner = Planner(model=True, ngram=None, k=None, cost=CPU)
+    kinds = []
+    for _ in range(40):
+        plan = planner.plan([1, 2, 3], room=64)
+        kinds.append(plan.kind)
+        planner.observe([1, 2, 3, 4], plan, accepted=0)
+    probes = [i for i, kind in enumerate(kinds) if kind == "model"]
+    assert probes and kinds.count("none") > 30
+    assert all(b - a >= 8 for a, b in zip(probes, probes[1:]))  # never more often than every 8 rounds
+    assert probes[-1] - probes[-2] > probes[1] - probes[0]  # losing probes back off
+
+
+def test_fixed_k_uses_ngram_match_else_model() -> None:
+    planner = Planner(model=True, ngram=NgramDrafter(), k=4, cost=None)
+    ctx = [5, 6, 7, 8, 9, 10, 11, 5, 6]
+    plan = planner.plan(ctx, room=64)
+    assert plan.kind == "ngram" and plan.tokens == (7, 8, 9, 10)
+    fresh = Planner(model=True, ngram=NgramDrafter(), k=4, cost=None)
+    assert fresh.plan([1, 2, 3], room=64).kind == "model"
+
+
+def _replay(ctx: list[int], continuation: list[int], k: int) -> tuple[int, int]:
+    """Feed a known continuation through the drafter: (rounds, accepted tokens)."""
+    drafter, rounds, accepted, i = NgramDrafter(), 0, 0, 0
+    while i < len(continuation):
+        prop = drafter.propose(ctx, k)
+        a = 0
+        while a < len(prop) and i + a < len(continuation) and prop[a] == continuation[i + a]:
+            a += 1
+        n = min(a + 1, len(continuation) - i)
+        ctx = ctx + continuation[i:i + n]
+        i += n
+        rounds, accepted = rounds + 1, accepted + a
+        drafter.observe(ctx, a)
+    return rounds, accepted
+
+
+def test_copy_is_followed_and_a_repeated_rename_is_learned() -> None:
+    source = [100, 1, 2, 3, 4, 50, 5, 6, 7, 8, 50, 9, 10, 11, 12, 50, 13, 14, 15, 16, 50, 17, 18]
+    prompt = [0] + source + [0]
+    renamed = [100, 1, 2, 3, 4, 60, 61, 5, 6, 7, 8, 60, 61, 9, 10, 11, 12, 60, 61, 13, 14, 15, 16,
+               60, 61, 17, 18]
+    rounds, accepted = _replay(prompt, renamed, 32)
+    assert accepted >= len(renamed) - 8  # only the first rename and resynchronizing cost target steps
+    assert rounds <= 8
+
+
+def test_no_match_proposes_nothing() -> None:
+    assert NgramDrafter().propose([1, 2, 3, 4], 8) == []
