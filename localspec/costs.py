@@ -29,7 +29,8 @@ def _timed(model: Model, n: int, logits: int) -> float:
 
 def _measure(target: Model, draft: Model | None) -> CostModel:
     _timed(target, 4, 1)  # warm-up
-    verify = {n: min(_timed(target, n, n) for _ in range(2)) for n in CALIBRATION_SIZES}
+    sizes = [n for n in CALIBRATION_SIZES if n <= min(target.n_batch, target.n_ctx // 2)]
+    verify = {n: min(_timed(target, n, n) for _ in range(2)) for n in sizes}
     draft_token = 0.0
     if draft is not None:
         base = list(draft.tokens)

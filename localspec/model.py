@@ -41,6 +41,7 @@ class Model:
     def __init__(self, path: Path, *, n_ctx: int = 4096, n_threads: int | None = None,
                  n_gpu_layers: int = 0, n_batch: int = 512, flash_attn: bool = False) -> None:
         read_gguf(path)
+        n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at the context; a larger one aborts natively
         try:
             self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                                        n_threads=n_threads, n_threads_batch=n_threads,
