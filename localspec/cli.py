@@ -19,6 +19,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Lossless speculative decoding for local GGUF models: same text, fewer target passes.")
 models_app = typer.Typer(no_args_is_help=True, help="Install and inspect GGUF models.")
 app.add_typer(models_app, name="models")
+config_app = typer.Typer(no_args_is_help=True, help="Show the settings from the config file and the environment.")
+app.add_typer(config_app, name="config")
 
 
 def _ranged(name: str, *flags: str, help: str):
@@ -45,8 +47,8 @@ def _parse_k(value: str) -> str:
 
 
 # Options shared by every command that loads models (typer reads them from the annotations).
-Target = Annotated[Optional[str], typer.Option("--target", "-t", help="Target GGUF: a path or a catalog name. Default: the default pair's target.")]
-Draft = Annotated[str, typer.Option("--draft", "-d", help="Drafter: 'auto' (the default draft model plus n-gram copying), 'ngram' (copying from the prompt and output only, no draft model), or a draft GGUF with the target's vocabulary (a path or a catalog name).")]
+Target = Annotated[Optional[str], typer.Option("--target", "-t", envvar="LOCALSPEC_TARGET", show_envvar=True, help="Target GGUF: a path, a catalog name, a pulled model's name, or REPO:FILE on the Hugging Face Hub (pulled on first use). Default: the default pair's target.")]
+Draft = Annotated[str, typer.Option("--draft", "-d", envvar="LOCALSPEC_DRAFT", show_envvar=True, help="Drafter: 'auto' (the default draft model plus n-gram copying), 'ngram' (copying from the prompt and output only, no draft model), or a draft GGUF with the target's vocabulary (anything --target takes).")]
 NoNgram = Annotated[bool, typer.Option("--no-ngram", help="Draft with the model only, no n-gram copying.")]
 NoDraft = Annotated[bool, typer.Option("--no-draft", help="Run the target alone through the same sampler (the baseline).")]
 K = Annotated[str, typer.Option("--k", callback=lambda v: _parse_k(v), help="Draft tokens per round: 'auto' picks the fastest k each round from this machine's measured costs (0 included); a number 0-64 fixes it (0 = target alone).")]
@@ -61,15 +63,17 @@ Ctx = Annotated[int, _ranged("ctx", "--ctx", help="Context window in tokens, for
 Threads = Annotated[Optional[int], _ranged("threads", "--threads", help="CPU threads (default: all cores up to 4, else half).")]
 GpuLayers = Annotated[int, _ranged("gpu_layers", "--gpu-layers", help="Target layers to offload to the GPU (-1 = all when the build supports it).")]
 DraftGpuLayers = Annotated[int, _ranged("gpu_layers", "--draft-gpu-layers", help="Draft layers to offload to the GPU (-1 = all when the build supports it).")]
+FlashAttn = Annotated[bool, typer.Option("--flash-attn/--no-flash-attn", help="Use llama.cpp's flash attention kernels (faster on most GPUs).")]
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat template mode only).")]
 
 
-def _config(target, draft, no_draft, no_ngram, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
-            gpu_layers, draft_gpu_layers) -> RunConfig:
-    return RunConfig(target=target, draft=draft, no_draft=no_draft, ngram=not no_ngram,
-                     k=None if k == "auto" else int(k),
-                     sampler=SamplerSettings(temperature, top_k, top_p, min_p), seed=seed, ctx=ctx,
-                     threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+def _config(opts: dict) -> RunConfig:
+    """The RunConfig of a command's options (its locals() on entry: the shared option names)."""
+    return RunConfig(target=opts["target"], draft=opts["draft"], no_draft=opts["no_draft"],
+                     ngram=not opts["no_ngram"], k=None if opts["k"] == "auto" else int(opts["k"]),
+                     sampler=SamplerSettings(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"]),
+                     seed=opts["seed"], ctx=opts["ctx"], threads=opts["threads"], gpu_layers=opts["gpu_layers"],
+                     draft_gpu_layers=opts["draft_gpu_layers"], flash_attn=opts["flash_attn"])
 
 
 def _read_prompt(prompt: str | None) -> str:
@@ -96,13 +100,13 @@ def generate(
     raw: Annotated[bool, typer.Option("--raw", help="Plain completion of the text, without the chat template.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text and stats) instead of streaming.")] = False,
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
+    flash_attn: FlashAttn = False,
 ) -> None:
     """Complete one prompt, streaming text to stdout and a stats line to stderr."""
+    cfg = _config(locals())
     from localspec.generate import run_generate
 
     text = _read_prompt(prompt)
-    cfg = _config(target, draft, no_draft, no_ngram, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
-                  gpu_layers, draft_gpu_layers)
     result, summary = run_generate(cfg, text, raw=raw, system=system, max_tokens=max_tokens, stops=stop or [],
                           stream=not as_json)
     if as_json:
@@ -122,16 +126,16 @@ def chat(
     seed: Seed = None, max_tokens: MaxTokens = 1024, system: System = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the last conversation (saved after every turn).")] = False,
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
+    flash_attn: FlashAttn = False,
 ) -> None:
     """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
+    cfg = _config(locals())
     from localspec.conversation import Conversation
     from localspec.dirs import data_dir
     from localspec.generate import loading
     from localspec.repl import Repl
     from localspec.runtime import load_engine
 
-    cfg = _config(target, draft, no_draft, no_ngram, k, temperature, top_k, top_p, min_p, seed, ctx, threads,
-                  gpu_layers, draft_gpu_layers)
     with loading("loading models…"):
         engine = load_engine(cfg)
     conv = Conversation(engine, system=system, max_tokens=max_tokens)
@@ -158,6 +162,7 @@ def bench(
     no_lookup: Annotated[bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")] = False,
     target: Target = None, draft: Draft = "auto",
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
+    flash_attn: FlashAttn = False,
 ) -> None:
     """Run every strategy (target alone, model draft k=2/4/8, n-gram, auto) on the same prompts and compare."""
     from rich.console import Console
@@ -170,7 +175,7 @@ def bench(
 
     rows = load_prompts(prompts)
     cfg = RunConfig(target=target, draft="auto" if draft == "ngram" else draft, k=4, ctx=ctx, threads=threads,
-                    gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+                    gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, flash_attn=flash_attn)
     with loading("loading models and measuring this machine's decode costs…"):
         t, d = load_models(cfg)
         cost = load_costs(t, d)
@@ -204,11 +209,163 @@ def models_install(
         install(model)
 
 
+@models_app.command("list")
+def models_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+    """The GGUF files here (models/ and the Hugging Face cache): architecture, size, vocabulary, role."""
+    from localspec.inventory import find_models
+
+    entries = find_models()
+    rows = [{"name": e.name, "where": e.where, "path": str(e.path), "size": e.size,
+             "architecture": e.info.architecture if e.info else None,
+             "parameters": e.info.n_params if e.info else None,
+             "quantization": e.info.quantization if e.info else None,
+             "vocabulary": e.info.n_vocab if e.info else None, "role": e.role, "problem": e.problem or None}
+            for e in entries]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "where", "arch", "params", "quant", "vocab", "size", "role", box=None)
+    for r in rows:
+        params = f"{r['parameters'] / 1e9:.2f}B" if r["parameters"] else "?"
+        table.add_row(r["name"], r["where"], r["architecture"] or f"[red]{r['problem']}[/red]", params,
+                      r["quantization"] or "", f"{r['vocabulary']:,}" if r["vocabulary"] else "",
+                      f"{r['size'] / 2**20:,.0f} MiB", r["role"])
+    Console().print(table if rows else "no GGUF models here: `localspec models install` or `localspec models pull REPO`")
+
+
+@models_app.command("pull")
+def models_pull(
+    repo: Annotated[str, typer.Argument(help="Hugging Face repository (owner/name), or a catalog name.")],
+    file: Annotated[Optional[str], typer.Argument(help="GGUF file in it (default: the only one, else the Q4_K_M one).")] = None,
+) -> None:
+    """Download a GGUF file from the Hugging Face Hub into its cache (HF_TOKEN for gated repos)."""
+    from localspec.catalog import catalog
+    from localspec.hub import pull
+
+    if repo in catalog() and file is None:
+        repo, file = catalog()[repo].hf, catalog()[repo].file
+    path = pull(repo, file)
+    print(f"{repo}:{path.name}: ready ({path.stat().st_size:,} bytes)", file=sys.stderr)
+    print(path)
+
+
+@models_app.command("verify")
+def models_verify(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Models to check (default: every model with a known sha256).")] = None,
+) -> None:
+    """Re-hash model files against their known sha256 (the catalog's, or the Hub's for pulled files)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from localspec.install import sha256_file
+    from localspec.inventory import find, find_models
+
+    entries = [find(n) for n in names] if names else [e for e in find_models() if e.expected_sha256]
+    bad = []
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        for e in entries:
+            if not e.expected_sha256:
+                print(f"{e.name}: no known sha256 to check against", file=sys.stderr)
+                continue
+            task = bar.add_task(e.name, total=e.size)
+            ok = sha256_file(e.path, lambda n, task=task: bar.advance(task, n)) == e.expected_sha256
+            bar.remove_task(task)
+            print(f"{e.name}: {'ok' if ok else 'sha256 MISMATCH (damaged file; delete it and fetch it again)'}")
+            bad += [] if ok else [e.name]
+    if bad:
+        raise LocalspecError(f"{len(bad)} model file(s) failed verification: {', '.join(bad)}")
+
+
+@models_app.command("rm")
+def models_rm(names: Annotated[list[str], typer.Argument(help="Models to delete (as `models list` names them).")]) -> None:
+    """Delete model files (from models/ or the Hugging Face cache)."""
+    from localspec.inventory import delete, find
+
+    for entry in [find(n) for n in names]:
+        delete(entry)
+        print(f"removed {entry.name} ({entry.path})", file=sys.stderr)
+
+
+@models_app.command("check")
+def models_check(
+    target: Annotated[str, typer.Argument(help="Target model (anything --target takes).")],
+    draft: Annotated[str, typer.Argument(help="Draft model (anything --draft takes).")],
+) -> None:
+    """Whether DRAFT can draft for TARGET: the same vocabulary (checked from the GGUF headers)."""
+    from localspec.catalog import resolve
+    from localspec.vocab import mismatch
+
+    t, d = resolve(target), resolve(draft)
+    if problem := mismatch(t, d):
+        raise LocalspecError(f"{d.name} cannot draft for {t.name}: {problem}")
+    print(f"ok: {d.name} can draft for {t.name} (same vocabulary)")
+
+
+@app.command()
+def doctor(
+    seconds: Annotated[float, typer.Option("--seconds", min=0.5, max=60, help="Length of each model's speed probe.")] = 3.0,
+    threads: Threads = None,
+) -> None:
+    """Check this machine: the llama.cpp build, the models here, the default pair, and their speed."""
+    from localspec.catalog import default_pair, resolve
+    from localspec.doctor import build, probe
+    from localspec.inventory import find_models
+    from localspec.runtime import default_threads, gpu_layers
+    from localspec.vocab import mismatch
+
+    b = build()
+    print(f"llama-cpp-python {b.version}; backends: {', '.join(b.backends)}; GPU offload: "
+          f"{'yes' if b.gpu_offload else 'no (a CPU build: see README, Installing with CUDA or Metal)'}")
+    print(f"system info: {b.system_info}")
+    entries = find_models()
+    print(f"models: {len(entries)} found")
+    for e in entries:
+        print(f"  {e.name} ({e.where}): " + (f"{e.info.architecture} {e.info.quantization}, {e.role}" if e.info else e.problem))
+    t_model, d_model = default_pair()
+    try:
+        t, d = resolve(t_model.name), resolve(d_model.name)
+        problem = mismatch(t, d)
+        print(f"default pair {t_model.name} + {d_model.name}: {'compatible' if not problem else problem}")
+    except LocalspecError as e:
+        print(f"default pair: {e}")
+    n_threads = threads or default_threads()
+    for e in [e for e in entries if e.info]:
+        r = probe(e.path, seconds=seconds, threads=n_threads, gpu_layers=gpu_layers(-1))
+        print(f"speed {e.name}: {r.tokens_per_second:.1f} tok/s one token at a time; a 32-token batch costs "
+              f"{r.batch32_seconds * 1e3:.0f} ms = {r.batch_ratio:.1f} single decodes "
+              f"({'flat: long model drafts pay' if r.batch_ratio < 4 else 'compute-bound: n-gram drafts pay most'})")
+
+
+@config_app.command("show")
+def config_show() -> None:
+    """The effective default of every setting and where it comes from (flags override all of them)."""
+    from localspec.config import COMMANDS, ENV, config_path, load_config
+
+    path = config_path()
+    settings = load_config(path)
+    params = {p.name: p for p in typer.main.get_command(app).commands["generate"].params}
+    print(f"config file: {path}{'' if path.exists() else ' (none)'}")
+    for key in COMMANDS["generate"]:
+        if key in ENV and os.environ.get(ENV[key]):
+            value, source = os.environ[ENV[key]], f"environment {ENV[key]}"
+        elif key in settings:
+            value, source = settings[key], "config file"
+        else:
+            value, source = params[key].default, "default"
+        shown = {"target": "(the default pair's)", "threads": "(automatic)"}.get(key) if value is None else value
+        print(f"{key:17} {shown!s:40} {source}")
+
+
 def main() -> None:
     """Entry point: one-line errors with exit 2, 130 on Ctrl-C, quiet on a closed pipe."""
+    from localspec.config import default_map, load_config
+
     command = typer.main.get_command(app)
     try:
-        code = command.main(prog_name="localspec", standalone_mode=False)
+        code = command.main(prog_name="localspec", standalone_mode=False, default_map=default_map(load_config()))
     except typer.Abort:
         code = 130
     except typer.TyperException as e:  # usage errors, bad parameter values

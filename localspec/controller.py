@@ -17,11 +17,16 @@ from localspec.ngram import NgramDrafter
 
 @dataclass
 class CostModel:
-    """Seconds of one target decode of n tokens (interpolated between measured n) and of one draft token."""
+    """Seconds of one target decode of n tokens (interpolated between measured n) and of one draft token.
+
+    The verify curve is kept as a shape times a scale: every measurement moves the scale, so the
+    whole curve follows a machine that got slower or faster (load, thermals), not just the sizes used.
+    """
 
     verify: dict[int, float]
     draft_token: float = 0.0
     ema: float = 0.2  # weight of a new measurement in the running averages
+    scale: float = 1.0
     _ns: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -29,6 +34,13 @@ class CostModel:
 
     def verify_cost(self, n: int) -> float:
         """Estimated seconds for a target decode of n tokens, logits at all n."""
+        return self.scale * self._shape(n)
+
+    def curve(self) -> dict[int, float]:
+        """The current estimate at every measured size (what is saved for the next run)."""
+        return {n: self.verify_cost(n) for n in self._ns}
+
+    def _shape(self, n: int) -> float:
         ns, v = self._ns, self.verify
         if n in v:
             return v[n]
@@ -42,11 +54,12 @@ class CostModel:
         return v[a] + (v[b] - v[a]) * (n - a) / (b - a)
 
     def observe_verify(self, n: int, seconds: float) -> None:
-        """Fold a measured decode into the running average of its batch size."""
+        """Fold a measured decode into the scale and into the running average of its batch size."""
         if n in self.verify:
-            self.verify[n] += self.ema * (seconds - self.verify[n])
+            self.scale *= (seconds / self.verify_cost(n)) ** self.ema
+            self.verify[n] += self.ema * (seconds / self.scale - self.verify[n])
         else:
-            self.verify[n] = seconds
+            self.verify[n] = seconds / self.scale
             self._ns = sorted(self.verify)
 
     def observe_draft(self, seconds_per_token: float) -> None:
@@ -135,9 +148,13 @@ class Planner:
             k, r = best_k(self.acceptance.survival(min(room, self.MODEL_MAX)), self.cost, self.cost.draft_token)
             if r > rate:
                 best = Plan("model", k)
-            elif best is NONE and self._since_model >= self.probe_every:
+            elif best is NONE and self._since_model >= self.probe_every and self._model_can_win(room):
                 best = Plan("model", 1)  # a probe: cheap, and it keeps alpha current
         return best
+
+    def _model_can_win(self, room: int) -> bool:
+        """Whether the draft model would beat the target alone even if it were always right."""
+        return best_k([1.0] * min(room, self.MODEL_MAX), self.cost, self.cost.draft_token)[0] > 0
 
     def observe(self, ctx: list[int], plan: Plan, accepted: int) -> None:
         """Learn from a finished round; ctx already ends with the tokens it emitted."""

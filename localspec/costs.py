@@ -65,7 +65,7 @@ def save_costs(target: Model, draft: Model | None, cost: CostModel) -> None:
     """Keep the (running-average) costs for the next run; never fails the caller."""
     store = _store()
     entry = store.setdefault(_key(target), {"draft": {}})
-    entry["verify"] = {str(n): s for n, s in cost.verify.items() if n in CALIBRATION_SIZES or n <= 64}
+    entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
     if draft is not None:
         entry.setdefault("draft", {})[_key(draft)] = cost.draft_token
     try:

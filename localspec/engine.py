@@ -106,11 +106,15 @@ class Engine:
         q: list[np.ndarray] = []
         for _ in range(plan.k):  # the draft model proposes one token at a time, keeping each q
             t0, n0 = time.perf_counter(), self.draft.n_decoded
-            q.append(process(self.draft.sync(ctx + draft)[-1], self.sampler))
+            q.append(self._pad(process(self.draft.sync(ctx + draft)[-1], self.sampler)))
             if self.cost is not None and self.draft.n_decoded - n0 == 1:
                 self.cost.observe_draft(time.perf_counter() - t0)
             draft.append(sample(q[-1], self.rng))
         return draft, q
+
+    def _pad(self, q: np.ndarray) -> np.ndarray:
+        """q over the target's vocabulary: tokens beyond the draft's (padding) get probability 0."""
+        return np.pad(q, (0, self.target.n_vocab - q.size)) if q.size < self.target.n_vocab else q
 
     def _step(self, ctx: list[int], room: int) -> tuple[list[int], int, int]:
         """One round on ctx: emitted tokens, accepted draft tokens, drafted tokens.

@@ -23,6 +23,13 @@ _GGML_TYPES = {
 }
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+# llama_ftype (general.file_type) -> the usual quantization name
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+               17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
+               23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
+               30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4"}
+_TOKENS = "tokenizer.ggml.tokens"
 
 
 class BadModelFile(LocalspecError):
@@ -39,6 +46,20 @@ class GGUFInfo:
     n_tensors: int = 0
     n_params: int = 0
     declared_size: int = 0
+    tokens: list[str] | None = None  # the vocabulary's token texts, when asked for
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", "?"))
+
+    @property
+    def quantization(self) -> str:
+        ftype = self.metadata.get("general.file_type")
+        return _FILE_TYPES.get(ftype, f"type {ftype}") if ftype is not None else "?"
+
+    @property
+    def n_vocab(self) -> int:
+        return self.array_lengths.get("tokenizer.ggml.tokens", 0)
 
 
 class _Reader:
@@ -71,8 +92,8 @@ class _Reader:
         raise ValueError(f"unknown metadata type {vtype}")
 
 
-def read_gguf(path: Path) -> GGUFInfo:
-    """Parse and validate a GGUF header; raises BadModelFile naming the file and the problem."""
+def read_gguf(path: Path, *, tokens: bool = False) -> GGUFInfo:
+    """Parse and validate a GGUF header (with the token texts if asked); BadModelFile names the problem."""
     path = Path(path)
     if not path.exists():
         raise BadModelFile(f"{path}: no such model file (run `localspec models install` for the default pair)")
@@ -83,14 +104,14 @@ def read_gguf(path: Path) -> GGUFInfo:
         with open(path, "rb") as f:
             if f.read(4) != b"GGUF":
                 raise BadModelFile(f"{path}: not a GGUF file (bad magic bytes)")
-            return _parse(_Reader(f, size), size)
+            return _parse(_Reader(f, size), size, tokens)
     except OSError as e:
         raise BadModelFile(f"{path}: cannot read ({e.strerror})") from None
     except (ValueError, struct.error) as e:
         raise BadModelFile(f"{path}: corrupt GGUF header: {e}") from None
 
 
-def _parse(r: _Reader, size: int) -> GGUFInfo:
+def _parse(r: _Reader, size: int, want_tokens: bool) -> GGUFInfo:
     version = r.scalar("<I")
     if version not in (2, 3):
         raise ValueError(f"unsupported GGUF version {version}")
@@ -103,6 +124,8 @@ def _parse(r: _Reader, size: int) -> GGUFInfo:
             info.array_lengths[key] = n
             if etype in _SCALARS:
                 r.take(struct.calcsize(_SCALARS[etype]) * n)
+            elif key == _TOKENS and want_tokens:
+                info.tokens = [r.value(etype) for _ in range(n)]
             else:
                 for _ in range(n):
                     r.value(etype)

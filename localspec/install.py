@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
@@ -24,14 +25,15 @@ def wheel_cache() -> Path:
     return cache_dir() / "wheels"
 
 
-def _stamp(path: Path) -> Path:
+def stamp_path(path: Path) -> Path:
+    """The file that records a verified install of path."""
     return path.with_name(f".{path.name}.verified")
 
 
 def is_verified(model: CatalogModel, path: Path) -> bool:
     """True when path is the catalog file, checked by an earlier install (size, mtime and hash stamp)."""
     try:
-        st, stamp = path.stat(), json.loads(_stamp(path).read_text())
+        st, stamp = path.stat(), json.loads(stamp_path(path).read_text())
     except (OSError, ValueError):
         return False
     return stamp == {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -39,15 +41,17 @@ def is_verified(model: CatalogModel, path: Path) -> bool:
 
 def _write_stamp(model: CatalogModel, path: Path) -> None:
     st = path.stat()
-    _stamp(path).write_text(json.dumps({"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    stamp_path(path).write_text(json.dumps({"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file."""
+def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> str:
+    """Hex sha256 of a file; progress(n_bytes) is called as it reads."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(_CHUNK):
             h.update(block)
+            if progress:
+                progress(len(block))
     return h.hexdigest()
 
 

@@ -143,16 +143,3 @@ class Model:
                 ptr = llama_cpp.llama_get_logits(self._ctx)
                 rows.append(np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy())
         return np.concatenate(rows) if rows else np.empty((0, self.n_vocab), np.float32)
-
-
-def vocab_mismatch(target: Model, draft: Model) -> str | None:
-    """None when the two vocabularies are identical, else what differs (sizes, first differing token)."""
-    n = min(target.n_vocab, draft.n_vocab)
-    first = next((t for t in range(n) if target.token_text(t) != draft.token_text(t)), None)
-    problems = []
-    if target.n_vocab != draft.n_vocab:
-        problems.append(f"vocabulary sizes differ (target {target.n_vocab:,}, draft {draft.n_vocab:,})")
-    if first is not None:
-        problems.append(f"first differing token is id {first}: target {target.token_text(first)!r}, "
-                        f"draft {draft.token_text(first)!r}")
-    return "; ".join(problems) or None

@@ -7,12 +7,13 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.catalog import default_pair, models_dir, resolve
+from localspec.catalog import default_pair, resolve
 from localspec.costs import load_costs
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
-from localspec.model import Model, gpu_offload_supported, vocab_mismatch
+from localspec.model import Model, gpu_offload_supported
 from localspec.sampling import SamplerSettings
+from localspec.vocab import mismatch
 
 
 def default_threads() -> int:
@@ -43,6 +44,7 @@ class RunConfig:
     threads: int | None = None
     gpu_layers: int = -1
     draft_gpu_layers: int = -1
+    flash_attn: bool = False
 
     @property
     def target_alone(self) -> bool:
@@ -50,10 +52,10 @@ class RunConfig:
 
     def paths(self) -> tuple[Path, Path | None]:
         t_default, d_default = default_pair()
-        target = resolve(self.target) if self.target else models_dir() / t_default.file
+        target = resolve(self.target or t_default.name)
         if self.target_alone or self.draft == "ngram":
             return target, None
-        return target, models_dir() / d_default.file if self.draft == "auto" else resolve(self.draft)
+        return target, resolve(d_default.name if self.draft == "auto" else self.draft)
 
     def resolved_seed(self) -> int:
         if self.seed is None:
@@ -62,16 +64,16 @@ class RunConfig:
 
 
 def load_models(cfg: RunConfig) -> tuple[Model, Model | None]:
-    """Load target (and draft), refusing a pair whose vocabularies differ."""
+    """Load target (and draft), refusing (before loading either) a pair whose vocabularies differ."""
     target_path, draft_path = cfg.paths()
-    threads = cfg.threads or default_threads()
-    target = Model(target_path, n_ctx=cfg.ctx, n_threads=threads, n_gpu_layers=gpu_layers(cfg.gpu_layers))
-    if draft_path is None:
-        return target, None
-    draft = Model(draft_path, n_ctx=cfg.ctx, n_threads=threads, n_gpu_layers=gpu_layers(cfg.draft_gpu_layers))
-    if problem := vocab_mismatch(target, draft):
+    if draft_path is not None and (problem := mismatch(target_path, draft_path)):
         raise LocalspecError(f"draft {draft_path} cannot draft for target {target_path}: {problem}")
-    return target, draft
+    threads = cfg.threads or default_threads()
+
+    def load(path: Path, layers: int) -> Model:
+        return Model(path, n_ctx=cfg.ctx, n_threads=threads, n_gpu_layers=gpu_layers(layers),
+                     flash_attn=cfg.flash_attn)
+    return load(target_path, cfg.gpu_layers), load(draft_path, cfg.draft_gpu_layers) if draft_path else None
 
 
 def load_engine(cfg: RunConfig) -> Engine:

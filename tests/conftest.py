@@ -49,13 +49,22 @@ def draft(draft_path: Path) -> Model:
     return Model(draft_path, n_ctx=2048)
 
 
-def run_cli(*args: str, input: bytes | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real `localspec` command in a subprocess (bytes in, text out)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def run_cli(*args: str, input: bytes | None = None, timeout: float = 600,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real `localspec` command in a subprocess (bytes in, text out; env adds variables)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "localspec", *args], input=input, capture_output=True,
                           timeout=timeout, env=env)
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
                                        proc.stderr.decode("utf-8", "replace"))
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit code 2 with exactly one line on stderr, containing each needle, and no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
 
 
 NEAR_TIE = 0.3  # logits: batched and one-token Q4_K decoding differ by ~0.1 (0.114 measured on a merge_sort prompt)
