@@ -14,7 +14,7 @@ from rich.table import Table
 from localspec.controller import CostModel
 from localspec.engine import Engine, Stats
 from localspec.errors import LocalspecError
-from localspec.model import Model
+from localspec.model import Model, new_llama
 from localspec.prompt import chat_tokens
 from localspec.sampling import SamplerSettings
 
@@ -88,14 +88,13 @@ def _row(strategy: str, task: str, s: Stats, baseline_tps: float | None, c: floa
 
 def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None) -> Stats:
     """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), decode time only."""
-    from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     # Its speculative path reads scores at every position: it needs logits_all=True, which allocates
     # n_ctx x n_vocab floats, so this reference runs with a context just big enough for the prompt.
     n_ctx = len(prompt) + max_tokens + 64
-    llm = Llama(model_path=str(target_path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
+    llm = new_llama(model_path=str(target_path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                    logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
     stats, first = Stats(prompt_tokens=len(prompt)), None
     t0 = time.perf_counter()
     for _ in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True):

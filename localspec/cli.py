@@ -313,6 +313,7 @@ def doctor(
     from localspec.catalog import default_pair, resolve
     from localspec.doctor import build, probe
     from localspec.inventory import find_models
+    from localspec.model import amx_weights_disabled
     from localspec.runtime import default_threads, gpu_layers
     from localspec.vocab import mismatch
 
@@ -320,6 +321,8 @@ def doctor(
     print(f"llama-cpp-python {b.version}; backends: {', '.join(b.backends)}; GPU offload: "
           f"{'yes' if b.gpu_offload else 'no (a CPU build: see README, Installing with CUDA or Metal)'}")
     print(f"system info: {b.system_info}")
+    if amx_weights_disabled():
+        print("AMX: weights kept in plain CPU buffers (llama.cpp's AMX path crashes on some CPUs: ggml-org/llama.cpp#20824)")
     entries = find_models()
     print(f"models: {len(entries)} found")
     for e in entries:

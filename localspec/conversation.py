@@ -31,14 +31,19 @@ class Conversation:
         return chat_tokens(self.engine.target, system + messages, add_generation_prompt=generation)
 
     def _fit(self, user: Message) -> list[int]:
-        """The prompt for the next reply, dropping the oldest turns until it fits with room to answer."""
+        """The prompt for the next reply, dropping the oldest turns when it would not fit with room to answer.
+
+        When it must drop, it drops down to half the context, so the re-decoding of the kept turns
+        (their cache positions shift) happens once every few turns rather than at every turn.
+        """
         n_ctx = self.engine.target.n_ctx
         room = min(self.max_tokens, n_ctx // 2)
-        dropped = 0
+        dropped, limit = 0, n_ctx
         while True:
             prompt = self._rendered(self.messages + [user])
-            if len(prompt) + room <= n_ctx or not self.messages:
+            if len(prompt) + room <= limit or not self.messages:
                 break
+            limit = n_ctx // 2
             cut = next((i for i, m in enumerate(self.messages[1:], 1) if m["role"] == "user"), len(self.messages))
             del self.messages[:cut]
             dropped += 1

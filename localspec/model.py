@@ -35,6 +35,36 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+def amx_weights_disabled() -> bool:
+    """Whether localspec keeps weights out of llama.cpp's AMX buffers on this machine.
+
+    On some AMX (Sapphire Rapids class) CPUs a native build of llama.cpp segfaults in
+    ggml_backend_amx_mul_mat at the first decode of a Q4_K model (ggml-org/llama.cpp#20824,
+    seen on this project's own 2-core machines), so where the build uses AMX, localspec
+    loads the weights without llama.cpp's extra (repacked) buffer types.
+    """
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+
+
+def new_llama(**kwargs: object) -> llama_cpp.Llama:
+    """llama_cpp.Llama(**kwargs), with weights kept out of AMX buffers where amx_weights_disabled()."""
+    if not amx_weights_disabled():
+        return llama_cpp.Llama(**kwargs)
+    low = llama_cpp.llama_cpp
+    default = low.llama_model_default_params
+
+    def params() -> llama_cpp.llama_model_params:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    low.llama_model_default_params = params  # the constructor reads its defaults from here
+    try:
+        return llama_cpp.Llama(**kwargs)
+    finally:
+        low.llama_model_default_params = default
+
+
 class Model:
     """A GGUF model with a tracked KV cache (sequence 0)."""
 
@@ -43,13 +73,13 @@ class Model:
         read_gguf(path)
         n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at the context; a larger one aborts natively
         try:
-            self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
-                                       n_threads=n_threads, n_threads_batch=n_threads,
-                                       n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
-                                       # On CPU llama.cpp repacks the weights into its own buffers
-                                       # anyway; mmap would then hold a second copy of them in RSS.
-                                       use_mmap=n_gpu_layers > 0,
-                                       logits_all=False, verbose=False)
+            self.llm = new_llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                 n_threads=n_threads, n_threads_batch=n_threads,
+                                 n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
+                                 # On CPU llama.cpp repacks the weights into its own buffers
+                                 # anyway; mmap would then hold a second copy of them in RSS.
+                                 use_mmap=n_gpu_layers > 0,
+                                 logits_all=False, verbose=False)
         except (ValueError, RuntimeError) as e:
             raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None
         self.path = Path(path)

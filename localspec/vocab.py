@@ -22,7 +22,7 @@ def mismatch(target: Path, draft: Path) -> str | None:
     first = next((i for i, (a, b) in enumerate(zip(t, d)) if a != b), None)
     problems = []
     if len(d) > len(t):
-        problems.append(f"the draft has more tokens than the target ({len(d):,} vs {len(t):,})")
+        problems.append(f"the draft's vocabulary is larger than the target's ({len(d):,} vs {len(t):,} tokens)")
     elif len(d) < len(t) and first is not None:
         problems.append(f"vocabulary sizes differ (target {len(t):,}, draft {len(d):,})")
     if first is not None:

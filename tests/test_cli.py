@@ -27,14 +27,17 @@ def test_generate_json_record(target_path, draft_path) -> None:
     assert out["text"].strip() and out["seed"] == 7 and out["k"] == "auto"
     assert out["accepted"] <= out["drafted"]
     assert out["completion_tokens"] <= out["accepted"] + out["target_passes"]
-    assert out["acceptance_rate"] == pytest.approx(out["accepted"] / out["drafted"])
+    if out["drafted"]:  # auto may rightly draft nothing here (a model draft cannot win on a slow CPU)
+        assert out["acceptance_rate"] == pytest.approx(out["accepted"] / out["drafted"])
+    else:
+        assert out["acceptance_rate"] is None
     assert out["finish_reason"] in ("stop", "length")
     assert out["target"].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     assert out["draft"].endswith("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 
 
 def test_streamed_text_and_stats_line(target_path, draft_path) -> None:
-    proc = run_cli("generate", "--raw", "--temperature", "0", "-n", "24", "def fib(n):")
+    proc = run_cli("generate", "--raw", "--temperature", "0", "-n", "24", "--k", "4", "def fib(n):")
     assert proc.returncode == 0, proc.stderr
     assert "return" in proc.stdout or "if" in proc.stdout
     assert proc.stderr.count("\n") == 1 and "tok/s" in proc.stderr and "acceptance" in proc.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import one_line_error, run_cli
 from localspec.catalog import catalog
-from localspec.model import gpu_offload_supported
+from localspec.model import amx_weights_disabled, gpu_offload_supported
 from localspec.runtime import RunConfig, load_models
 
 REPO = "test-org/tiny-GGUF"
@@ -104,6 +104,8 @@ def test_offload_flags_reach_llama_cpp(draft_path: Path) -> None:
     default, _ = load_models(RunConfig(target=str(draft_path), no_draft=True, ctx=256))
     assert default.llm.model_params.n_gpu_layers == (999 if gpu_offload_supported() else 0)
     assert default.llm.context_params.flash_attn_type == 0
+    # where the build uses AMX (a native crash on some CPUs), weights stay out of the extra buffer types
+    assert default.llm.model_params.use_extra_bufts is not amx_weights_disabled()
 
 
 def test_doctor_runs(target_path, draft_path) -> None:
