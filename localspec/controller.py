@@ -122,6 +122,7 @@ class Planner:
 
     NGRAM_MAX = 64
     MODEL_MAX = 16
+    PROBE_ALPHA = 0.9  # the acceptance rate a probe hopes for: a good draft on easy text
 
     def __init__(self, *, model: bool, ngram: NgramDrafter | None, k: int | None, cost: CostModel | None) -> None:
         if k is None and cost is None:
@@ -153,8 +154,13 @@ class Planner:
         return best
 
     def _model_can_win(self, room: int) -> bool:
-        """Whether the draft model would beat the target alone even if it were always right."""
-        return best_k([1.0] * min(room, self.MODEL_MAX), self.cost, self.cost.draft_token)[0] > 0
+        """Whether the draft model would beat the target alone at PROBE_ALPHA.
+
+        A probe is not just one verify: the draft first catches up on every token since it last ran.
+        On a machine where even a good draft barely wins (a CPU), that price is never repaid.
+        """
+        survival = [self.PROBE_ALPHA ** j for j in range(1, min(room, self.MODEL_MAX) + 1)]
+        return best_k(survival, self.cost, self.cost.draft_token)[0] > 0
 
     def observe(self, ctx: list[int], plan: Plan, accepted: int) -> None:
         """Learn from a finished round; ctx already ends with the tokens it emitted."""

@@ -103,7 +103,7 @@ class Engine:
         if plan.kind == "ngram":
             return list(plan.tokens), [OneHot(t) for t in plan.tokens]
         draft: list[int] = []
-        q: list[np.ndarray] = []
+        q: list[np.ndarray | OneHot] = []
         for _ in range(plan.k):  # the draft model proposes one token at a time, keeping each q
             t0, n0 = time.perf_counter(), self.draft.n_decoded
             q.append(self._pad(process(self.draft.sync(ctx + draft)[-1], self.sampler)))
@@ -112,9 +112,11 @@ class Engine:
             draft.append(sample(q[-1], self.rng))
         return draft, q
 
-    def _pad(self, q: np.ndarray) -> np.ndarray:
+    def _pad(self, q: np.ndarray | OneHot) -> np.ndarray | OneHot:
         """q over the target's vocabulary: tokens beyond the draft's (padding) get probability 0."""
-        return np.pad(q, (0, self.target.n_vocab - q.size)) if q.size < self.target.n_vocab else q
+        if isinstance(q, OneHot) or q.size == self.target.n_vocab:
+            return q
+        return np.pad(q, (0, self.target.n_vocab - q.size))
 
     def _step(self, ctx: list[int], room: int) -> tuple[list[int], int, int]:
         """One round on ctx: emitted tokens, accepted draft tokens, drafted tokens.
@@ -144,7 +146,7 @@ class Engine:
             raise ContextFull(f"the prompt is {len(prompt)} tokens and the context holds {self.target.n_ctx} "
                               f"({len(prompt) - self.target.n_ctx + 1} too many); raise --ctx or shorten it")
         t0, decoded = time.perf_counter(), self.target.n_decoded
-        self._pending = self.target.sync(prompt, 1)  # logits for the first new token, as plain decoding has
+        self._pending = self.target.sync(prompt, 1).copy()  # logits for the first new token, as plain decoding has
         self.stats.prefill_tokens = self.target.n_decoded - decoded
         if self.draft is not None:
             self.draft.sync(prompt[:-1], 0)

@@ -136,7 +136,11 @@ class Model:
         self.trim(0)
 
     def sync(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
-        """Make the cache hold `tokens`; return float32 logits (n_logits, n_vocab) for the last positions."""
+        """Make the cache hold `tokens`; return float32 logits (n_logits, n_vocab) for the last positions.
+
+        The logits may be a view of llama.cpp's own buffer, valid until this model's next decode:
+        copy them to keep them longer.
+        """
         if len(tokens) > self.n_ctx:
             raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.n_ctx} "
                               f"({len(tokens) - self.n_ctx} too many)")
@@ -170,6 +174,9 @@ class Model:
             self.tokens.extend(chunk)
             self.n_decoded += len(chunk)
             if n_out:
-                ptr = llama_cpp.llama_get_logits(self._ctx)
-                rows.append(np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy())
-        return np.concatenate(rows) if rows else np.empty((0, self.n_vocab), np.float32)
+                if rows:  # the next chunk's decode overwrites llama.cpp's buffer: keep a copy
+                    rows[-1] = rows[-1].copy()
+                rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab)))
+        if len(rows) > 1:
+            return np.concatenate(rows)
+        return rows[0] if rows else np.empty((0, self.n_vocab), np.float32)

@@ -28,6 +28,23 @@ class SamplerSettings:
         return self.temperature == 0
 
 
+class OneHot:
+    """A one-hot distribution at `token` (an n-gram draft, or greedy sampling) with no vocabulary-sized array."""
+
+    __array_ufunc__ = None  # make `p - q` call __rsub__ below
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+    def __getitem__(self, x: int) -> float:
+        return 1.0 if x == self.token else 0.0
+
+    def __rsub__(self, p: np.ndarray) -> np.ndarray:
+        out = np.array(p, dtype=np.float64)
+        out[self.token] -= 1.0
+        return out
+
+
 def _sorted_prefix(logits: np.ndarray, cand: np.ndarray, z: float, lmax: float, top_p: float) -> np.ndarray:
     """The candidates sorted by descending logit, cut to the smallest prefix with mass >= top_p.
 
@@ -48,14 +65,15 @@ def _sorted_prefix(logits: np.ndarray, cand: np.ndarray, z: float, lmax: float, 
         m *= 16
 
 
-def process(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
-    """Raw logits -> the sampling distribution after the sampler chain (dense float64, sums to 1)."""
-    logits = np.asarray(logits, dtype=np.float64)
-    n = logits.size
-    probs = np.zeros(n)
+def process(logits: np.ndarray, s: SamplerSettings) -> np.ndarray | OneHot:
+    """Raw logits -> the sampling distribution after the sampler chain (dense float64, sums to 1).
+
+    Greedy (temperature 0) gives a OneHot at the argmax: no vocabulary-sized array per position.
+    """
     if s.greedy:
-        probs[int(np.argmax(logits))] = 1.0
-        return probs
+        return OneHot(int(np.argmax(logits)))
+    logits = np.asarray(logits, dtype=np.float64)
+    probs = np.zeros(logits.size)
     cand = np.flatnonzero(np.isfinite(logits))
     if 0 < s.top_k < cand.size:
         cand = cand[np.argpartition(-logits[cand], s.top_k - 1)[: s.top_k]]
@@ -70,27 +88,12 @@ def process(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
     return probs
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+def sample(probs: np.ndarray | OneHot, rng: np.random.Generator) -> int:
     """One token drawn from a (not necessarily normalized) non-negative weight vector."""
+    if isinstance(probs, OneHot):
+        return probs.token
     cdf = np.cumsum(probs)
     return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-
-
-class OneHot:
-    """A one-hot distribution at `token` (an n-gram draft's q) that never builds a vocabulary-sized array."""
-
-    __array_ufunc__ = None  # make `p - q` call __rsub__ below
-
-    def __init__(self, token: int) -> None:
-        self.token = token
-
-    def __getitem__(self, x: int) -> float:
-        return 1.0 if x == self.token else 0.0
-
-    def __rsub__(self, p: np.ndarray) -> np.ndarray:
-        out = np.array(p, dtype=np.float64)
-        out[self.token] -= 1.0
-        return out
 
 
 def verify(p_at: Callable[[int], np.ndarray], q: Sequence[np.ndarray], draft: Sequence[int],
@@ -107,6 +110,8 @@ def verify(p_at: Callable[[int], np.ndarray], q: Sequence[np.ndarray], draft: Se
         p = p_at(i)
         if rng.random() * q[i][x] < p[x]:  # accept with probability min(1, p(x) / q(x))
             continue
+        if isinstance(p, OneHot):  # a rejection leaves all of a one-hot p's residual mass on its token
+            return [*draft[:i], p.token], i
         residual = np.maximum(p - q[i], 0.0)
         return [*draft[:i], sample(residual if residual.sum() > 0 else p, rng)], i
     return [*draft, sample(p_at(len(draft)), rng)], len(draft)

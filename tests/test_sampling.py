@@ -159,7 +159,7 @@ def test_chain_equals_reference(s: SamplerSettings) -> None:
 
 def test_greedy_is_one_hot_argmax() -> None:
     logits = np.array([0.1, 2.0, -1.0, 1.9])
-    assert process(logits, SamplerSettings(temperature=0)).tolist() == [0, 1, 0, 0]
+    assert process(logits, SamplerSettings(temperature=0)).token == 1
 
 
 def test_minus_infinity_logits_never_sampled() -> None:
