@@ -108,25 +108,30 @@ def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_t
 
 
 def run_bench(target: Model, draft: Model, cost: CostModel, prompts: list[dict[str, str]], *, max_tokens: int,
-              sampler: SamplerSettings, seed: int, lookup: bool,
+              sampler: SamplerSettings, seed: int, lookup: bool, repeat: int = 1,
               progress: Callable[[str], None] | None = None) -> dict:
-    """Run every strategy on every prompt; return rows, notes and the cost model."""
+    """Run every strategy on every prompt; return rows, notes and the cost model.
+
+    With repeat > 1 the strategies run in interleaved rounds, each round in a rotated order, and each
+    row sums its rounds: a machine whose speed drifts (load, thermals, a shared VM) shifts every row alike.
+    """
     c = cost.draft_token / cost.verify_cost(1)
     rows, notes = [], []
     for p in prompts:
         prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
-        baseline = None
-        for st in STRATEGIES:
-            target.reset()
-            draft.reset()
-            engine = Engine(target, draft if st.model else None, sampler, st.k, seed, ngram=st.ngram, cost=cost)
-            for _ in engine.generate(prompt, max_tokens):
-                pass
-            if st.k == 0:
-                baseline = engine.stats.tokens_per_second
-            rows.append(_row(st.name, p["task"], engine.stats, baseline, 0.0 if not st.model else c, cost))
-            if progress:
-                progress(f"{p['task']}: {st.name}")
+        totals = {st.name: Stats() for st in STRATEGIES}
+        for r in range(repeat):
+            for st in STRATEGIES[r % len(STRATEGIES):] + STRATEGIES[:r % len(STRATEGIES)]:
+                target.reset()
+                draft.reset()
+                engine = Engine(target, draft if st.model else None, sampler, st.k, seed, ngram=st.ngram, cost=cost)
+                for _ in engine.generate(prompt, max_tokens):
+                    pass
+                totals[st.name].add(engine.stats)
+                if progress:
+                    progress(f"{p['task']}: {st.name}")
+        baseline = totals[STRATEGIES[0].name].tokens_per_second
+        rows += [_row(st.name, p["task"], totals[st.name], baseline, c if st.model else 0.0, cost) for st in STRATEGIES]
         if lookup:
             try:
                 s = _lookup_reference(target.path, prompt, max_tokens, target.n_threads)

@@ -159,6 +159,7 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the raw figures to this JSON file.")] = None,
     plot_out: Annotated[Optional[Path], typer.Option("--plot", help="Draw tok/s and acceptance per strategy and task to this PNG.")] = None,
     max_tokens: MaxTokens = 256, temperature: Temperature = 0.0, seed: Annotated[int, _ranged("seed", "--seed", help="Random seed of every run.")] = 0,
+    repeat: Annotated[int, _ranged("repeat", "--repeat", help="Rounds per prompt, interleaved in rotated order and summed (steadier figures on a machine whose speed drifts).")] = 1,
     no_lookup: Annotated[bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")] = False,
     target: Target = None, draft: Draft = "auto",
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
@@ -179,11 +180,11 @@ def bench(
     with loading("loading models and measuring this machine's decode costs…"):
         t, d = load_models(cfg)
         cost = load_costs(t, d)
-    runs = len(rows) * (len(STRATEGIES) + (not no_lookup))
+    runs = len(rows) * (repeat * len(STRATEGIES) + (not no_lookup))
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)
         result = run_bench(t, d, cost, rows, max_tokens=max_tokens,
-                           sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed, lookup=not no_lookup,
+                           sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed, lookup=not no_lookup, repeat=repeat,
                            progress=lambda what: bar.update(task, advance=1, description=what))
     out = Console()
     print_table(result, out if out.is_terminal else Console(width=160))

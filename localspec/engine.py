@@ -57,7 +57,7 @@ class Stats:
             parts.append(f"{self.tokens_per_second:.1f} tok/s")
         if self.acceptance_rate is not None:
             parts.append(f"acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})")
-        if self.tokens_per_pass:
+        if self.drafted and self.tokens_per_pass:  # plain decoding is one token a pass by definition
             parts.append(f"{self.tokens_per_pass:.2f} tokens/pass")
         parts.append(f"prefill {self.prefill_tokens} tokens in {self.prefill_seconds:.2f} s")
         return " · ".join(parts)

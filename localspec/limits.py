@@ -16,6 +16,7 @@ LIMITS: dict[str, tuple[float, float, bool]] = {
     "ctx": (64, 1_048_576, False),
     "threads": (1, 1024, False),
     "gpu_layers": (-1, 100_000, False),
+    "repeat": (1, 100, False),
 }
 
 

@@ -104,12 +104,16 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     prompts.write_text('{"task": "rename", "prompt": "Rename a to b: def f(a):\\n    return a * 2"}\n'
                        '{"prompt": "Say hello."}\n')
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    proc = run_cli("bench", "--prompts", str(prompts), "-n", "12", "--json", str(out_json), "--plot", str(out_png))
+    proc = run_cli("bench", "--prompts", str(prompts), "-n", "12", "--repeat", "2", "--json", str(out_json),
+                   "--plot", str(out_png))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out_json.read_text())
     strategies = {r["strategy"] for r in data["rows"]}
     assert {"target-only", "model k=2", "model k=4", "model k=8", "ngram k=32", "auto"} <= strategies
     assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2"}
+    assert sum(r["strategy"] != "llama-cpp-python prompt lookup" for r in data["rows"]) == 2 * 6  # one row each
+    auto = next(r for r in data["rows"] if r["strategy"] == "auto" and r["task"] == "rename")
+    assert 13 <= auto["completion_tokens"] <= 24  # two interleaved rounds of at most 12 tokens, summed
     assert all(r["tokens_per_second"] > 0 for r in data["rows"] if r["strategy"] != "llama-cpp-python prompt lookup")
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "target-only" in proc.stdout and "auto" in proc.stdout
