@@ -39,7 +39,7 @@ class NgramDrafter:
         """Forget the copy position (a new context); what was learned about edits and breaks stays."""
         self.plan: list[int] = []  # the continuation the copy predicts
         self.plan_src: list[int] = []  # for each planned token, the source index after it
-        self.run = 0  # evidence the copy holds: tokens the target confirmed, plus half the matched n-gram
+        self.run = 0  # tokens confirmed in the current copy (starts at the matched n-gram length)
         self.anchor: int | None = None  # source index where the last copy broke ...
         self.broke_at = 0  # ... and the output index of the token that broke it
 
@@ -66,7 +66,7 @@ class NgramDrafter:
             return  # a short match elsewhere right after an edit is mostly noise
         if near[best]:
             self._learn_edit(ctx, pointer, matched)
-        self.run = matched // 2  # a match is weaker evidence than tokens the target wrote itself
+        self.run = matched
         self._extend(ctx, pointer, 1)
 
     def _learn_edit(self, ctx: list[int], pointer: int, matched: int) -> None:
