@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,11 @@ from localspec.model import Model
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"
 OTHER_VOCAB = "gemma-3-270m"
+
+# A suite started in the background (nohup, `&` without job control) inherits SIGINT as ignored, and so
+# would every localspec it starts: the Ctrl-C tests would see nothing. Restore Python's own handling.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def model_path(name: str) -> Path:
