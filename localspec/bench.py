@@ -90,8 +90,10 @@ def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_t
     """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), decode time only."""
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    # Its speculative path reads scores at every position: it needs logits_all=True, which allocates
-    # n_ctx x n_vocab floats, so this reference runs with a context just big enough for the prompt.
+    # Its speculative path reads scores at every position and, given a draft_model, turns logits_all on
+    # itself, but sizes its score array from the flag as passed: without logits_all=True here it fails
+    # with a numpy broadcast error. That array is n_ctx x n_vocab floats, so this reference (only) runs
+    # with a context just big enough for the prompt and the answer; localspec asks only where needed.
     n_ctx = len(prompt) + max_tokens + 64
     llm = new_llama(model_path=str(target_path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                     logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
@@ -130,7 +132,7 @@ def run_bench(target: Model, draft: Model, cost: CostModel, prompts: list[dict[s
                 totals[st.name].add(engine.stats)
                 if progress:
                     progress(f"{p['task']}: {st.name}")
-        baseline = totals[STRATEGIES[0].name].tokens_per_second
+        baseline = next(totals[st.name].tokens_per_second for st in STRATEGIES if st.k == 0)
         rows += [_row(st.name, p["task"], totals[st.name], baseline, c if st.model else 0.0, cost) for st in STRATEGIES]
         if lookup:
             try:
