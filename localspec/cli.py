@@ -184,7 +184,8 @@ def bench(
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)
         result = run_bench(t, d, cost, rows, max_tokens=max_tokens,
-                           sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed, lookup=not no_lookup, repeat=repeat,
+                           sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed, lookup=not no_lookup,
+                           repeat=repeat,
                            progress=lambda what: bar.update(task, advance=1, description=what))
     out = Console()
     print_table(result, out if out.is_terminal else Console(width=160))

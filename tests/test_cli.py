@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from localspec.bench import LOOKUP
+
 from conftest import run_cli
 
 JSON_FIELDS = {"text", "prompt_tokens", "completion_tokens", "target_passes", "drafted", "accepted",
@@ -111,9 +113,9 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     strategies = {r["strategy"] for r in data["rows"]}
     assert {"target-only", "model k=2", "model k=4", "model k=8", "ngram k=32", "auto"} <= strategies
     assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2"}
-    assert sum(r["strategy"] != "llama-cpp-python prompt lookup" for r in data["rows"]) == 2 * 6  # one row each
+    assert sum(r["strategy"] != LOOKUP for r in data["rows"]) == 2 * 6  # one row each
     auto = next(r for r in data["rows"] if r["strategy"] == "auto" and r["task"] == "rename")
     assert 13 <= auto["completion_tokens"] <= 24  # two interleaved rounds of at most 12 tokens, summed
-    assert all(r["tokens_per_second"] > 0 for r in data["rows"] if r["strategy"] != "llama-cpp-python prompt lookup")
+    assert all(r["tokens_per_second"] > 0 for r in data["rows"] if r["strategy"] != LOOKUP)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "target-only" in proc.stdout and "auto" in proc.stdout
