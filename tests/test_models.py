@@ -96,6 +96,13 @@ def test_check_pairs(target_path, draft_path, gemma_path) -> None:
                     "first differing token is id 0", "'!'", "'<pad>'")
 
 
+def test_list_roles(target_path, draft_path, gemma_path, tmp_path: Path) -> None:
+    listed = run_cli("models", "list", "--json", env={"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    roles = {r["name"]: r["role"] for r in json.loads(listed.stdout)}
+    assert roles["qwen2.5-coder-1.5b-instruct"] == "target" and roles["qwen2.5-coder-0.5b-instruct"] == "draft"
+    assert roles["gemma-3-270m"].startswith("target (no draft here")
+
+
 def test_offload_flags_reach_llama_cpp(draft_path: Path) -> None:
     t, d = load_models(RunConfig(target=str(draft_path), draft=str(draft_path), gpu_layers=3, draft_gpu_layers=2,
                                  flash_attn=True, ctx=256))
