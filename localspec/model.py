@@ -174,9 +174,9 @@ class Model:
             self.tokens.extend(chunk)
             self.n_decoded += len(chunk)
             if n_out:
-                if rows:  # the next chunk's decode overwrites llama.cpp's buffer: keep a copy
-                    rows[-1] = rows[-1].copy()
-                rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab)))
+                out = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab))
+                more = start + self.n_batch < len(new)  # the next chunk's decode overwrites llama.cpp's buffer
+                rows.append(out.copy() if more else out)
         if len(rows) > 1:
             return np.concatenate(rows)
         return rows[0] if rows else np.empty((0, self.n_vocab), np.float32)

@@ -123,3 +123,14 @@ def test_ngram_drafting_keeps_greedy_output(target, k) -> None:
     "".join(p.text for p in engine.generate(prompt, 80))
     assert_same_greedy(target, prompt, engine.completion, baseline)
     assert engine.stats.accepted >= len(baseline) // 4 and engine.stats.target_passes < 0.8 * len(baseline)
+
+
+def test_logits_span_batch_chunks(draft_path) -> None:
+    """Logits asked for across several llama.cpp batches are each position's own, not a later batch's."""
+    small = Model(draft_path, n_ctx=64, n_batch=8)
+    tokens = raw_tokens(small, "".join(PROMPTS))[:20]
+    chunked = small.sync(tokens, 14).copy()  # 20 new tokens in batches of 8: logits from all three
+    small.reset()
+    one_by_one = np.stack([small.sync(tokens[:i], 1)[0].copy() for i in range(7, 21)])
+    assert len(tokens) == 20 and (chunked.argmax(1) == one_by_one.argmax(1)).all()
+    assert np.abs(chunked - one_by_one).max() < 0.5
