@@ -11,7 +11,7 @@ import numpy as np
 from localspec.controller import CostModel, Plan, Planner
 from localspec.errors import LocalspecError
 from localspec.model import ContextFull, Model
-from localspec.ngram import NgramDrafter
+from localspec.ngram import LineJoin, NgramDrafter
 from localspec.sampling import OneHot, SamplerSettings, process, sample, verify
 from localspec.text import TextStream
 
@@ -84,7 +84,8 @@ class Engine:
     def __init__(self, target: Model, draft: Model | None, sampler: SamplerSettings, k: int | None,
                  seed: int, *, ngram: bool = False, cost: CostModel | None = None) -> None:
         self.target, self.draft, self.sampler, self.cost = target, draft, sampler, cost
-        self.planner = Planner(model=draft is not None, ngram=NgramDrafter() if ngram else None, k=k, cost=cost)
+        drafter = NgramDrafter(LineJoin(target.piece, target.tokenize)) if ngram else None
+        self.planner = Planner(model=draft is not None, ngram=drafter, k=k, cost=cost)
         self.rng = np.random.default_rng(seed)
         self.stats = Stats()
         self.completion: list[int] = []

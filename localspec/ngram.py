@@ -5,11 +5,16 @@ output so far) that the output is copying. While the copy holds it proposes from
 an edit (the target wrote something else) it resynchronizes on the longest match of the last
 tokens, preferring matches just after the point where the copy broke. When it resynchronizes there
 it learns the edit (these source tokens became those output tokens, a rename say) and applies it
-to later occurrences, so copies run straight through repeated edits. It also tracks how long copies
-hold (a break rate by run length) for the controller. Proposals are one-hot: sampling stays exact.
+to later occurrences, so copies run straight through repeated edits. It learns, too, whether the
+output joins the source's hard-wrapped lines ('wrapped\n' 'line' becomes 'wrapped line', as a
+summary quoting a wrapped document does) and copies across line breaks the way the output writes
+them. It also tracks how long copies hold (a break rate by run length) for the controller.
+Proposals are one-hot: sampling stays exact.
 """
 
 from __future__ import annotations
+
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -21,11 +26,50 @@ def _bucket(run: int) -> int:
     return next((i for i, b in enumerate(_RUN_BUCKETS) if run <= b), len(_RUN_BUCKETS))
 
 
-class NgramDrafter:
-    """Copies continuations from the context; learns edits and how long copies hold."""
+class LineJoin:
+    """A line break joined with a space: tokens ('wrapped\n', 'li', 'ne') -> (3, tokens of 'wrapped line').
 
-    def __init__(self, max_ngram: int = 8, resync_window: int = 48, decay: float = 0.97) -> None:
-        self.max_ngram, self.resync_window, self.decay = max_ngram, resync_window, decay
+    Gives (source tokens used, joined tokens), or None unless the first token ends one line (a single
+    newline) and a word follows. piece gives a token's bytes, tokenize the tokens of some text (the
+    target's own tokenizer: the joined word is tokenized as the output would write it).
+    """
+
+    MAX_WORD = 6  # tokens of the word after the line break
+
+    def __init__(self, piece: Callable[[int], bytes], tokenize: Callable[[str], list[int]]) -> None:
+        self.piece, self.tokenize = piece, tokenize
+        self._pieces: dict[int, bytes] = {}
+        self._joined: dict[tuple[int, ...], tuple[int, tuple[int, ...]] | None] = {}
+
+    def _piece(self, token: int) -> bytes:
+        if token not in self._pieces:
+            self._pieces[token] = self.piece(token)
+        return self._pieces[token]
+
+    def __call__(self, tokens: Sequence[int]) -> tuple[int, tuple[int, ...]] | None:
+        if not tokens or not self._piece(tokens[0]).endswith(b"\n") or self._piece(tokens[0]).endswith(b"\n\n"):
+            return None
+        word = 1
+        while word < min(len(tokens), self.MAX_WORD + 1) and self._piece(tokens[word])[:1].isalnum():
+            word += 1
+        key = tuple(tokens[:word])
+        if key not in self._joined:
+            head, tail = self._piece(key[0])[:-1], b"".join(self._piece(t) for t in key[1:])
+            try:
+                ok = word > 1 and not head.endswith(b"\r")
+                self._joined[key] = (word, tuple(self.tokenize((head + b" " + tail).decode()))) if ok else None
+            except UnicodeDecodeError:
+                self._joined[key] = None
+        return self._joined[key]
+
+
+class NgramDrafter:
+    """Copies continuations from the context; learns edits, line joining and how long copies hold."""
+
+    def __init__(self, join: LineJoin | None = None, max_ngram: int = 8, resync_window: int = 48,
+                 decay: float = 0.97) -> None:
+        self.join, self.max_ngram, self.resync_window, self.decay = join, max_ngram, resync_window, decay
+        self.join_lines = False  # whether the output joins the source's wrapped lines (learned)
         self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}  # source tokens -> what the output wrote
         self.broken: set[int] = set()  # source tokens where a copy broke and no edit is known yet
         n = len(_RUN_BUCKETS) + 1
@@ -39,6 +83,7 @@ class NgramDrafter:
         """Forget the copy position (a new context); what was learned about edits and breaks stays."""
         self.plan: list[int] = []  # the continuation the copy predicts
         self.plan_src: list[int] = []  # for each planned token, the source index after it
+        self.plan_from = 0  # the source index the plan starts at
         self.run = 0  # tokens confirmed in the current copy (starts at the matched n-gram length)
         self.anchor: int | None = None  # source index where the last copy broke ...
         self.broke_at = 0  # ... and the output index of the token that broke it
@@ -81,13 +126,17 @@ class NgramDrafter:
     def _extend(self, ctx: list[int], pos: int, want: int) -> None:
         """Append to the plan from source index pos, applying learned edits, to `want` tokens."""
         heads = {src[0] for src in self.edits}
+        if not self.plan:
+            self.plan_from = pos
         while len(self.plan) < want and pos < len(ctx):
             edit = ctx[pos] in heads and next(
                 (e for e in self.edits.items() if tuple(ctx[pos:pos + len(e[0])]) == e[0]), None)
-            if edit:
-                pos += len(edit[0])
-                self.plan += edit[1]
-                self.plan_src += [pos] * len(edit[1])
+            joined = not edit and self.join_lines and self.join(ctx[pos:pos + LineJoin.MAX_WORD + 1])
+            if edit or joined:
+                used, out = (len(edit[0]), edit[1]) if edit else joined
+                pos += used
+                self.plan += out
+                self.plan_src += [pos] * len(out)
             else:
                 if self.plan and ctx[pos] in self.broken:
                     return  # stop before a source token that was edited in a way not yet learned
@@ -126,10 +175,11 @@ class NgramDrafter:
         emitted = ctx[-1]
         if accepted < len(self.plan) and self.plan[accepted] == emitted:  # the target's own token copied too
             self.copied[_bucket(self.run + accepted)] += 1
+            self.plan_from = self.plan_src[accepted]
             del self.plan[: accepted + 1], self.plan_src[: accepted + 1]
             self.run += accepted + 1
             return
-        src_pos = self.plan_src[accepted - 1] if accepted else self.plan_src[0] - 1
+        src_pos = self.plan_src[accepted - 1] if accepted else self.plan_from
         if accepted == len(self.plan):  # the plan ran out (end of context or an unlearned edit)
             if src_pos < len(ctx) - 1 and ctx[src_pos] == emitted:
                 self.broken.discard(emitted)  # not edited this time
@@ -137,8 +187,33 @@ class NgramDrafter:
                 self._extend(ctx, src_pos + 1, 1)
                 self.run += accepted + 1
                 return
+        if self._switch_line_joining(ctx, src_pos, accepted):
+            return
         self.breaks[_bucket(self.run + accepted)] += 1
         if src_pos < len(ctx) - accepted - 1:
             self.broken.add(ctx[src_pos])
             self.anchor, self.broke_at = src_pos, len(ctx) - 1
         self.plan, self.plan_src = [], []  # resynchronize next round
+
+    def _switch_line_joining(self, ctx: list[int], src_pos: int, accepted: int) -> bool:
+        """At a miss on a source line break: whether the target wrote it the other way (joined or not).
+
+        If so, the copy goes on under that convention, which applies to later line breaks too.
+        """
+        source_end = len(ctx) - accepted - 1  # the source is what came before this round's tokens
+        if self.join is None or src_pos >= source_end:
+            return False
+        joined = self.join(ctx[src_pos:min(source_end, src_pos + LineJoin.MAX_WORD + 1)])
+        emitted = ctx[-1]
+        if joined and not self.join_lines and joined[1][0] == emitted:
+            rest, nxt = list(joined[1][1:]), src_pos + joined[0]
+        elif joined and self.join_lines and ctx[src_pos] == emitted:
+            rest, nxt = [], src_pos + 1
+        else:
+            return False
+        self.join_lines = not self.join_lines
+        self.copied[_bucket(self.run + accepted)] += 1
+        self.plan, self.plan_src, self.plan_from = rest, [nxt] * len(rest), src_pos
+        self._extend(ctx, nxt, len(rest) + 1)
+        self.run += accepted + 1
+        return True

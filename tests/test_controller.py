@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from localspec.controller import Acceptance, CostModel, Planner, best_k
-from localspec.ngram import NgramDrafter
+from localspec.ngram import LineJoin, NgramDrafter
 
 CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft_token=0.026)
 MID = CostModel({1: 0.050, 2: 0.055, 4: 0.060, 8: 0.080, 16: 0.120, 32: 0.200}, draft_token=0.020)
@@ -71,9 +71,9 @@ def test_fixed_k_uses_ngram_match_else_model() -> None:
     assert fresh.plan([1, 2, 3], room=64).kind == "model"
 
 
-def _replay(ctx: list[int], continuation: list[int], k: int) -> tuple[int, int]:
+def _replay(ctx: list[int], continuation: list[int], k: int, drafter: NgramDrafter | None = None) -> tuple[int, int]:
     """Feed a known continuation through the drafter: (rounds, accepted tokens)."""
-    drafter, rounds, accepted, i = NgramDrafter(), 0, 0, 0
+    drafter, rounds, accepted, i = drafter or NgramDrafter(), 0, 0, 0
     while i < len(continuation):
         prop = drafter.propose(ctx, k)
         a = 0
@@ -99,3 +99,48 @@ def test_copy_is_followed_and_a_repeated_rename_is_learned() -> None:
 
 def test_no_match_proposes_nothing() -> None:
     assert NgramDrafter().propose([1, 2, 3, 4], 8) == []
+
+
+VOCAB = ["<s>", "The", " cat", " sat", "\n", "on", " on", " the", " mat", ",\n", ",", "and", " and", " dog",
+         "res", "ted", " rested", ".", "\n\n", "A", " A"]
+
+
+def _tokenize(text: str) -> list[int]:
+    """Greedy longest-match tokenizer over VOCAB (a toy stand-in for the target's BPE)."""
+    out = []
+    while text:
+        tok = max((i for i, v in enumerate(VOCAB) if v and text.startswith(v)), key=lambda i: len(VOCAB[i]))
+        out.append(tok)
+        text = text[len(VOCAB[tok]):]
+    return out
+
+
+def _join() -> LineJoin:
+    return LineJoin(lambda t: VOCAB[t].encode(), _tokenize)
+
+
+def test_line_join_tokens() -> None:
+    join, t = _join(), _tokenize
+    assert join(t("\nrested on")) == (3, tuple(t(" rested")))  # the whole word, tokenized as written
+    assert join(t(",\nand the")) == (2, tuple(t(", and")))
+    assert join(t("\n\nThe")) is None and join(t(" cat sat")) is None and join(t("\n.")) is None
+
+
+def test_copy_joins_wrapped_lines_once_seen() -> None:
+    """A summary quoting a hard-wrapped source: after the first joined line break, the rest copy straight."""
+    source = _tokenize("The cat sat\non the mat,\nand the dog\nrested on the mat,\nand the cat sat\non the mat.")
+    output = _tokenize("The cat sat on the mat, and the dog rested on the mat, and the cat sat on the mat.")
+    prompt = [0] + source + [18]
+    plain_rounds, plain_accepted = _replay(prompt, output, 32)
+    drafter = NgramDrafter(_join())
+    rounds, accepted = _replay(prompt, output, 32, drafter)
+    assert drafter.join_lines and accepted >= len(output) - 4 and rounds <= 4
+    assert rounds < plain_rounds and accepted > plain_accepted
+
+
+def test_line_joining_is_unlearned_when_the_output_keeps_line_breaks() -> None:
+    drafter = NgramDrafter(_join())
+    drafter.join_lines = True
+    source = _tokenize("The cat sat\non the mat,\nand the dog\nrested.")
+    rounds, accepted = _replay([0] + source + [18], source, 32, drafter)
+    assert not drafter.join_lines and accepted >= len(source) - 4

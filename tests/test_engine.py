@@ -111,18 +111,28 @@ EDIT = ("Rename the variable `total` to `acc` in this code and reply with the co
         "    print('total is', total)\n    return total\n")
 
 
-@pytest.mark.parametrize("k", [None, 32])
-def test_ngram_drafting_keeps_greedy_output(target, k) -> None:
-    """Copying drafts (fixed k = 32, and the controller) change nothing in the greedy text."""
+QUOTE = ("Repeat this note word for word as one paragraph, on a single line:\n\n"
+         "The council met on Tuesday and agreed to extend the opening\nhours of the central library "
+         "until ten in the evening on\nweekdays, starting in March, after residents asked for more\n"
+         "quiet places to study.\n")
+
+
+@pytest.mark.parametrize(("text", "k"), [(EDIT, None), (EDIT, 32), (QUOTE, None)])
+def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
+    """Copying drafts (fixed k = 32, and the controller) change nothing in the greedy text.
+
+    QUOTE's answer joins the source's wrapped lines: the drafter learns to copy across them.
+    """
     from localspec.controller import CostModel
 
     cost = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576})
-    prompt = chat_tokens(target, [{"role": "user", "content": EDIT}])
+    prompt = chat_tokens(target, [{"role": "user", "content": text}])
     baseline = _run(target, None, prompt, 0, n=80)[0]
     engine = Engine(target, None, GREEDY, k, seed=0, ngram=True, cost=cost)
     "".join(p.text for p in engine.generate(prompt, 80))
     assert_same_greedy(target, prompt, engine.completion, baseline)
     assert engine.stats.accepted >= len(baseline) // 4 and engine.stats.target_passes < 0.8 * len(baseline)
+    assert engine.planner.ngram.join_lines == (text is QUOTE)
 
 
 def test_logits_span_batch_chunks(draft_path) -> None:
