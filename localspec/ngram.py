@@ -47,19 +47,21 @@ class LineJoin:
         return self._pieces[token]
 
     def __call__(self, tokens: Sequence[int]) -> tuple[int, tuple[int, ...]] | None:
-        if not tokens or not self._piece(tokens[0]).endswith(b"\n") or self._piece(tokens[0]).endswith(b"\n\n"):
+        first = self._piece(tokens[0]) if tokens else b""
+        if not first.endswith(b"\n") or first.endswith(b"\n\n"):
             return None
         word = 1
         while word < min(len(tokens), self.MAX_WORD + 1) and self._piece(tokens[word])[:1].isalnum():
             word += 1
         key = tuple(tokens[:word])
         if key not in self._joined:
-            head, tail = self._piece(key[0])[:-1], b"".join(self._piece(t) for t in key[1:])
-            try:
-                ok = word > 1 and not head.endswith(b"\r")
-                self._joined[key] = (word, tuple(self.tokenize((head + b" " + tail).decode()))) if ok else None
-            except UnicodeDecodeError:
-                self._joined[key] = None
+            head, tail = first[:-1], b"".join(self._piece(t) for t in key[1:])
+            self._joined[key] = None
+            if word > 1 and not head.endswith(b"\r"):
+                try:
+                    self._joined[key] = (word, tuple(self.tokenize((head + b" " + tail).decode())))
+                except UnicodeDecodeError:
+                    pass  # the break splits a character: no joined form
         return self._joined[key]
 
 
