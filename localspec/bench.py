@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.table import Table
@@ -69,16 +69,23 @@ def measured_ideal(alpha: float | None, k: float, c: float, cost: CostModel) -> 
     return expected * t1 / (k * c * t1 + cost.verify_cost(round(k) + 1))
 
 
-def _row(strategy: str, task: str, s: Stats, baseline_tps: float | None, c: float, cost: CostModel) -> dict:
+def _row(strategy: str, task: str, s: Stats, clock: float | None, per_clock: float | None, c: float,
+         cost: CostModel) -> dict:
+    """One table row.
+
+    clock: tok/s of the target-only twin run alongside this row's runs; per_clock: the target-only
+    row's tok/s over its own clock. The speedup is this row's tok/s over its clock, divided by that.
+    """
     tps = s.tokens_per_second or 0.0
     mean_k = s.drafted / s.target_passes if s.target_passes else 0.0
     measured = s.wall_seconds and s.target_seconds  # the reference row has no decode timings
     overhead = 1 - (s.target_seconds + s.draft_seconds) / s.wall_seconds if measured else None
     ideal = ideal_speedup(s.acceptance_rate, mean_k, c)
     ideal_here = measured_ideal(s.acceptance_rate, mean_k, c, cost)
-    speedup = tps / baseline_tps if baseline_tps else None
+    speedup = tps / clock / per_clock if clock and per_clock else None
     return {"strategy": strategy, "task": task, "completion_tokens": s.completion_tokens,
-            "tokens_per_second": tps, "speedup": speedup, "acceptance_rate": s.acceptance_rate,
+            "tokens_per_second": tps, "clock_tokens_per_second": clock, "speedup": speedup,
+            "acceptance_rate": s.acceptance_rate,
             "tokens_per_pass": s.tokens_per_pass, "mean_k": mean_k, "cost_ratio": c,
             "ideal_speedup": ideal, "efficiency": speedup / ideal if speedup and ideal else None,
             "ideal_speedup_measured_costs": ideal_here,
@@ -86,8 +93,9 @@ def _row(strategy: str, task: str, s: Stats, baseline_tps: float | None, c: floa
             "python_overhead": overhead, "wall_seconds": s.wall_seconds}
 
 
-def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None) -> Stats:
-    """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), decode time only."""
+def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None,
+                      sampler: SamplerSettings, seed: int, stats: Stats) -> Iterator[None]:
+    """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), loaded now: a step per token."""
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     # Its speculative path reads scores at every position and, given a draft_model, turns logits_all on
@@ -97,47 +105,135 @@ def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_t
     n_ctx = len(prompt) + max_tokens + 64
     llm = new_llama(model_path=str(target_path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                     logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
-    stats, first = Stats(prompt_tokens=len(prompt)), None
-    t0 = time.perf_counter()
-    for _ in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True):
-        if first is None:
-            first = time.perf_counter()
-            stats.prefill_seconds = first - t0
-        stats.completion_tokens += 1
-    stats.wall_seconds = time.perf_counter() - (first or t0)
-    stats.completion_tokens -= 1  # the first token's time is in the prefill
-    return stats
+    stats.prompt_tokens = len(prompt)
+
+    def steps() -> Iterator[None]:
+        for _ in llm.create_completion(prompt, max_tokens=max_tokens, temperature=sampler.temperature,
+                                       top_k=sampler.top_k, top_p=sampler.top_p, min_p=sampler.min_p,
+                                       seed=seed, stream=True):
+            stats.completion_tokens += 1
+            yield
+    return steps()
 
 
-def run_bench(target: Model, draft: Model, cost: CostModel, prompts: list[dict[str, str]], *, max_tokens: int,
-              sampler: SamplerSettings, seed: int, lookup: bool, repeat: int = 1,
+class _Timed:
+    """A generator stepped from outside, and the seconds spent inside it."""
+
+    def __init__(self, steps: Iterator[object]) -> None:
+        self.steps, self.seconds, self.first_step, self.done = steps, 0.0, None, False
+
+    @property
+    def paced(self) -> float:
+        """Seconds after the first step (which holds the prefill): the stretch that is paired."""
+        return self.seconds - (self.first_step or 0.0)
+
+    def step(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            next(self.steps)
+        except StopIteration:
+            self.done = True
+        self.seconds += time.perf_counter() - t0
+        if self.first_step is None:
+            self.first_step = self.seconds
+
+
+class _Clock:
+    """Target-only decoding of a prompt on a second copy of the target, restarted whenever it ends.
+
+    Run alongside a strategy, its speed is the yardstick of the machine's speed in those same seconds.
+    Only the first generation's prefill is left out of its time: a restart's prefill is one decode
+    of the cached prompt's last token, as dear as a step, for the token it yields.
+    """
+
+    def __init__(self, twin: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
+        self.engine = Engine(twin, None, sampler, 0, seed)
+        self.prompt, self.max_tokens = prompt, max_tokens
+        self.tokens, self.first_prefill = 0, None  # tokens of the generations finished so far
+        self.timed = _Timed(self._forever())
+
+    def _forever(self) -> Iterator[object]:
+        while True:
+            yield from self.engine.generate(self.prompt, self.max_tokens)
+            self.tokens += self.engine.stats.completion_tokens
+            if self.first_prefill is None:
+                self.first_prefill = self.engine.stats.prefill_seconds
+            self.engine.stats = Stats()  # counted: until the next generation starts, nothing is running
+            yield None  # a step even when a generation emitted no text
+
+    def speed(self) -> float | None:
+        """Tokens per second so far."""
+        st = self.engine.stats
+        seconds = self.timed.seconds - (st.prefill_seconds if self.first_prefill is None else self.first_prefill)
+        return (self.tokens + st.completion_tokens) / seconds if seconds > 0 else None
+
+
+QUANTUM = 0.25  # seconds one side may lead the other before they switch
+
+
+def _paired(run: _Timed, clock: _Clock) -> float | None:
+    """Step `run` to its end, and the clock alongside it, in turns of about 2 * QUANTUM seconds each.
+
+    Both share the same seconds of the machine, so a machine whose speed drifts (load, thermals, a
+    shared VM) slows both alike. Turns of several steps give a run of wide verifies and one of single
+    tokens the same pattern of switches. The clock ends with as much time as the run; returns its tok/s.
+    """
+    side = run
+    while not run.done:
+        lead = run.paced - clock.timed.paced
+        if side is run and lead > QUANTUM:
+            side = clock.timed
+        elif side is clock.timed and lead < -QUANTUM:
+            side = run
+        side.step()
+    while clock.timed.paced < run.paced:  # its share of a run shorter than a turn
+        clock.timed.step()
+    return clock.speed()
+
+
+def run_bench(target: Model, draft: Model, twin: Model, cost: CostModel, prompts: list[dict[str, str]], *,
+              max_tokens: int, sampler: SamplerSettings, seed: int, lookup: bool, repeat: int = 1,
               progress: Callable[[str], None] | None = None) -> dict:
     """Run every strategy on every prompt; return rows, notes and the cost model.
 
-    With repeat > 1 the strategies run in interleaved rounds, each round in a rotated order, and each
-    row sums its rounds: a machine whose speed drifts (load, thermals, a shared VM) shifts every row alike.
+    Each run is paired with a clock: target-only decoding on `twin` (a second copy of the target)
+    run alongside it. A row's speed over its clock's, divided by the same ratio of the target-only
+    row, is its speedup: the machine's drift cancels, and so does any steady difference between the
+    two copies. With repeat > 1 each prompt runs in rounds, in rotated order, and each row sums its rounds.
     """
     c = cost.draft_token / cost.verify_cost(1)
     rows, notes = [], []
     for p in prompts:
         prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
         totals = {st.name: Stats() for st in STRATEGIES}
+        clock_seconds = {st.name: 0.0 for st in STRATEGIES}  # the clock's seconds per token, summed over rounds
         for r in range(repeat):
             for st in STRATEGIES[r % len(STRATEGIES):] + STRATEGIES[:r % len(STRATEGIES)]:
                 target.reset()
                 draft.reset()
                 engine = Engine(target, draft if st.model else None, sampler, st.k, seed, ngram=st.ngram, cost=cost)
-                for _ in engine.generate(prompt, max_tokens):
-                    pass
+                run = _Timed(engine.generate(prompt, max_tokens))
+                speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
+                engine.stats.wall_seconds = run.seconds - engine.stats.prefill_seconds  # its own steps only
                 totals[st.name].add(engine.stats)
+                clock_seconds[st.name] += engine.stats.completion_tokens / speed if speed else 0.0
                 if progress:
                     progress(f"{p['task']}: {st.name}")
-        baseline = next(totals[st.name].tokens_per_second for st in STRATEGIES if st.k == 0)
-        rows += [_row(st.name, p["task"], totals[st.name], baseline, c if st.model else 0.0, cost) for st in STRATEGIES]
+        clock = {name: totals[name].completion_tokens / sec if sec else None for name, sec in clock_seconds.items()}
+        base = next(st.name for st in STRATEGIES if st.k == 0)
+        per_clock = (totals[base].tokens_per_second or 0.0) / clock[base] if clock[base] else None
+        rows += [_row(st.name, p["task"], totals[st.name], clock[st.name], per_clock, c if st.model else 0.0, cost)
+                 for st in STRATEGIES]
         if lookup:
+            stats = Stats()
             try:
-                s = _lookup_reference(target.path, prompt, max_tokens, target.n_threads)
-                rows.append(_row(LOOKUP, p["task"], s, baseline, 0.0, cost))
+                run = _Timed(_lookup_reference(target.path, prompt, max_tokens, target.n_threads, sampler, seed,
+                                               stats))
+                speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
+                stats.prefill_seconds = run.first_step or 0.0
+                stats.wall_seconds = run.paced
+                stats.completion_tokens -= 1  # the first token's time is in the prefill
+                rows.append(_row(LOOKUP, p["task"], stats, speed, per_clock, 0.0, cost))
             except Exception as e:  # noqa: BLE001 - a reference row: report its failure, go on
                 notes.append(f"{LOOKUP} failed on {p['task']}: {type(e).__name__}: {e}")
             if progress:
@@ -163,9 +259,10 @@ def print_table(result: dict, console: Console) -> None:
                       _fmt(r["ideal_speedup_measured_costs"], ".2f"), _fmt(r["efficiency_measured_costs"], ".0%"),
                       _fmt(r["python_overhead"], ".1%"))
     console.print(table)
-    console.print("c: draft/target cost per token · ideal: the paper's speedup from α and c (verify costs one "
-                  "target step) · here: priced with this machine's measured verify cost of k+1 tokens · "
-                  "python: share of decode wall time outside llama.cpp")
+    console.print("speedup: tok/s against target-only decoding, each measured against a clock (a second copy "
+                  "of the target decoding alone, run in turns alongside it) · c: draft/target cost per token · ideal: the paper's speedup "
+                  "from α and c (verify costs one target step) · here: priced with this machine's measured verify "
+                  "cost of k+1 tokens · python: share of decode wall time outside llama.cpp")
     for note in result["notes"]:
         console.print(f"note: {note}")
 

@@ -159,13 +159,19 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the raw figures to this JSON file.")] = None,
     plot_out: Annotated[Optional[Path], typer.Option("--plot", help="Draw tok/s and acceptance per strategy and task to this PNG.")] = None,
     max_tokens: MaxTokens = 256, temperature: Temperature = 0.0, seed: Annotated[int, _ranged("seed", "--seed", help="Random seed of every run.")] = 0,
-    repeat: Annotated[int, _ranged("repeat", "--repeat", help="Rounds per prompt, interleaved in rotated order and summed (steadier figures on a machine whose speed drifts).")] = 1,
+    repeat: Annotated[int, _ranged("repeat", "--repeat", help="Rounds per prompt, in rotated order and summed (steadier figures).")] = 1,
     no_lookup: Annotated[bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")] = False,
     target: Target = None, draft: Draft = "auto",
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
     flash_attn: FlashAttn = False,
 ) -> None:
-    """Run every strategy (target alone, model draft k=2/4/8, n-gram, auto) on the same prompts and compare."""
+    """Run every strategy (target alone, model draft k=2/4/8, n-gram, auto) on the same prompts and compare.
+
+    Every run is timed against a clock: target-only decoding on a second copy of the target (loaded
+    for the bench), run in turns alongside it, so speedups hold on a machine whose speed drifts.
+    """
+    from dataclasses import replace
+
     from rich.console import Console
     from rich.progress import Progress
 
@@ -179,11 +185,12 @@ def bench(
                     gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, flash_attn=flash_attn)
     with loading("loading models and measuring this machine's decode costs…"):
         t, d = load_models(cfg)
+        twin, _ = load_models(replace(cfg, no_draft=True))  # the clock every run is timed against
         cost = load_costs(t, d)
     runs = len(rows) * (repeat * len(STRATEGIES) + (not no_lookup))
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)
-        result = run_bench(t, d, cost, rows, max_tokens=max_tokens,
+        result = run_bench(t, d, twin, cost, rows, max_tokens=max_tokens,
                            sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed, lookup=not no_lookup,
                            repeat=repeat,
                            progress=lambda what: bar.update(task, advance=1, description=what))

@@ -117,5 +117,7 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     auto = next(r for r in data["rows"] if r["strategy"] == "auto" and r["task"] == "rename")
     assert 13 <= auto["completion_tokens"] <= 24  # two interleaved rounds of at most 12 tokens, summed
     assert all(r["tokens_per_second"] > 0 for r in data["rows"] if r["strategy"] != LOOKUP)
+    assert all(r["clock_tokens_per_second"] > 0 for r in data["rows"])  # every run was timed against the clock
+    assert all(r["speedup"] == pytest.approx(1.0) for r in data["rows"] if r["strategy"] == "target-only")
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "target-only" in proc.stdout and "auto" in proc.stdout
