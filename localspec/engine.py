@@ -157,7 +157,7 @@ class Engine:
         """Stream the completion of `prompt`; self.stats and self.completion fill in as it goes."""
         self.stats, self.completion = Stats(prompt_tokens=len(prompt)), []
         if self.planner.ngram is not None:
-            self.planner.ngram.reset()
+            self.planner.ngram.start(len(prompt))
         st, stream, ctx = self.stats, TextStream(stops), list(prompt)
         self._prefill(ctx)
         t0, target0, draft0 = time.perf_counter(), self.target.decode_seconds, self._draft_seconds()

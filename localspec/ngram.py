@@ -20,6 +20,11 @@ import numpy as np
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
+# Prior counts of copied tokens by run length, against one break in each bucket: a copy that has held
+# for long tends to go on. Row 0: copies from the input (the prompt, earlier turns), which the output
+# quotes and edits; row 1: the output repeating itself, where short matches are mostly incidental
+# (a phrase that recurs, a list number) and break twice as often. Tuned by replaying greedy answers.
+_PRIOR_COPIED = np.array([[0.5, 1, 3, 10, 30, 100, 300], [0.25, 0.5, 1.5, 5, 15, 100, 300]])
 
 
 def _bucket(run: int) -> int:
@@ -74,11 +79,15 @@ class NgramDrafter:
         self.join_lines = False  # whether the output joins the source's wrapped lines (learned)
         self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}  # source tokens -> what the output wrote
         self.broken: set[int] = set()  # source tokens where a copy broke and no edit is known yet
-        n = len(_RUN_BUCKETS) + 1
-        # decayed counts of tokens that held and of breaks, by run length; the priors say a copy that has
-        # held for long tends to go on (tuned by replaying greedy answers of the built-in bench prompts)
-        self.copied = np.array([0.5, 1, 3, 10, 30, 100, 300])[:n]
-        self.breaks = np.ones(n)
+        # decayed counts of tokens that held and of breaks, by source (row) and run length (column)
+        self.copied = _PRIOR_COPIED.copy()
+        self.breaks = np.ones_like(self.copied)
+        self.source_end: int | None = None  # where this generation's output starts in the context (None: unknown)
+        self.reset()
+
+    def start(self, prompt_len: int) -> None:
+        """A new generation, whose output follows the first prompt_len tokens of the context."""
+        self.source_end = prompt_len
         self.reset()
 
     def reset(self) -> None:
@@ -155,9 +164,14 @@ class NgramDrafter:
         return self.plan[:k_max]
 
     # ---- learning from the target ------------------------------------------------------------
+    @property
+    def _side(self) -> int:
+        """Which statistics the current copy uses: 0 for one from the input, 1 for the output's own text."""
+        return int(self.source_end is not None and self.plan_from >= self.source_end)
+
     def survival(self, n: int) -> list[float]:
         """S_j, j = 1..n: the estimated probability that the first j proposed tokens all hold."""
-        rate = self.breaks / (self.copied + self.breaks)
+        rate = self.breaks[self._side] / (self.copied[self._side] + self.breaks[self._side])
         s, out = 1.0, []
         for j in range(n):
             s *= 1.0 - rate[_bucket(self.run + j)]
@@ -173,10 +187,10 @@ class NgramDrafter:
         self.copied *= self.decay
         self.breaks *= self.decay
         for j in range(accepted):
-            self.copied[_bucket(self.run + j)] += 1
+            self.copied[self._side, _bucket(self.run + j)] += 1
         emitted = ctx[-1]
         if accepted < len(self.plan) and self.plan[accepted] == emitted:  # the target's own token copied too
-            self.copied[_bucket(self.run + accepted)] += 1
+            self.copied[self._side, _bucket(self.run + accepted)] += 1
             self.plan_from = self.plan_src[accepted]
             del self.plan[: accepted + 1], self.plan_src[: accepted + 1]
             self.run += accepted + 1
@@ -191,7 +205,7 @@ class NgramDrafter:
                 return
         if self._switch_line_joining(ctx, src_pos, accepted):
             return
-        self.breaks[_bucket(self.run + accepted)] += 1
+        self.breaks[self._side, _bucket(self.run + accepted)] += 1
         if src_pos < len(ctx) - accepted - 1:
             self.broken.add(ctx[src_pos])
             self.anchor, self.broke_at = src_pos, len(ctx) - 1
@@ -214,7 +228,7 @@ class NgramDrafter:
         else:
             return False
         self.join_lines = not self.join_lines
-        self.copied[_bucket(self.run + accepted)] += 1
+        self.copied[self._side, _bucket(self.run + accepted)] += 1
         self.plan, self.plan_src, self.plan_from = rest, [nxt] * len(rest), src_pos
         self._extend(ctx, nxt, len(rest) + 1)
         self.run += accepted + 1

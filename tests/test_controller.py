@@ -97,6 +97,20 @@ def test_copy_is_followed_and_a_repeated_rename_is_learned() -> None:
     assert rounds <= 8
 
 
+def test_the_output_repeating_itself_is_trusted_less_than_a_quote_of_the_input() -> None:
+    """The same 3-token match: in the prompt it is likely a quote, in the answer's own text often a coincidence."""
+    phrase = [7, 8, 9, 10, 11, 12, 13, 14]
+    quote, echo = NgramDrafter(), NgramDrafter()
+    quote_prompt, echo_prompt = [1, 2, *phrase, 3], [1, 2, 3]
+    quote.start(len(quote_prompt))
+    echo.start(len(echo_prompt))
+    quote_ctx, echo_ctx = quote_prompt + [4, 7, 8, 9], echo_prompt + phrase + [4, 7, 8, 9]
+    assert quote.propose(quote_ctx, 5) == echo.propose(echo_ctx, 5) == [10, 11, 12, 13, 14]
+    assert all(e < q for q, e in zip(quote.survival(5), echo.survival(5)))
+    here = CostModel({1: 0.029, 2: 0.047, 4: 0.076, 8: 0.135, 16: 0.154, 32: 0.250})  # a measured AVX-512 curve
+    assert best_k(quote.survival(5), here, 0.0)[0] > 0 and best_k(echo.survival(5), here, 0.0)[0] == 0
+
+
 def test_no_match_proposes_nothing() -> None:
     assert NgramDrafter().propose([1, 2, 3, 4], 8) == []
 
