@@ -19,18 +19,25 @@ from localspec.ngram import NgramDrafter
 class CostModel:
     """Seconds of one target decode of n tokens (interpolated between measured n) and of one draft token.
 
-    The verify curve is kept as a shape times a scale: every measurement moves the scale, so the
-    whole curve follows a machine that got slower or faster (load, thermals), not just the sizes used.
+    Both are kept as a shape times a scale: every target decode moves the scale, so the whole curve and
+    the draft's cost follow a machine that got slower or faster (load, thermals), not just the sizes
+    used, and the draft never looks cheap only because it last ran when the machine was idle.
     """
 
     verify: dict[int, float]
-    draft_token: float = 0.0
-    ema: float = 0.2  # weight of a new measurement in the running averages
+    draft: float = 0.0  # seconds of one draft token, at scale 1
+    ema: float = 0.3  # weight of a new measurement in the scale (the machine's speed now) ...
+    shape_ema: float = 0.05  # ... and in the shape (this hardware's curve: steady, so learned slowly)
     scale: float = 1.0
     _ns: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self._ns = sorted(self.verify)
+
+    @property
+    def draft_token(self) -> float:
+        """Estimated seconds of one draft token now."""
+        return self.scale * self.draft
 
     def verify_cost(self, n: int) -> float:
         """Estimated seconds for a target decode of n tokens, logits at all n."""
@@ -54,16 +61,24 @@ class CostModel:
         return v[a] + (v[b] - v[a]) * (n - a) / (b - a)
 
     def observe_verify(self, n: int, seconds: float) -> None:
-        """Fold a measured decode into the scale and into the running average of its batch size."""
-        if n in self.verify:
-            self.scale *= (seconds / self.verify_cost(n)) ** self.ema
-            self.verify[n] += self.ema * (seconds / self.scale - self.verify[n])
-        else:
-            self.verify[n] = seconds / self.scale
+        """Fold a measured decode into the scale and into the running average of its batch size.
+
+        A lasting slowdown seen at one size goes mostly into the scale, not the shape, so it does not
+        make other sizes (or the draft) look cheap; one measurement counts as at most twice the
+        estimate (a decode stalled by a burst of load); a new size starts halfway between the
+        interpolated and the measured cost.
+        """
+        ratio = min(max(seconds / self.verify_cost(n), 0.5), 2.0)
+        self.scale *= ratio ** self.ema
+        shape, weight = self._shape(n), self.shape_ema if n in self.verify else 0.5
+        self.verify[n] = shape * (1 - weight + weight * ratio ** (1 - self.ema))  # toward measured / new scale
+        if len(self._ns) != len(self.verify):
             self._ns = sorted(self.verify)
 
     def observe_draft(self, seconds_per_token: float) -> None:
-        self.draft_token += self.ema * (seconds_per_token - self.draft_token)
+        """Fold a measured draft token into its running average (relative to the current scale)."""
+        measured = min(max(seconds_per_token, 0.5 * self.draft_token), 2.0 * self.draft_token) or seconds_per_token
+        self.draft += self.shape_ema * (measured / self.scale - self.draft)
 
 
 def best_k(survival: Sequence[float], cost: CostModel, draft_cost: float) -> tuple[int, float]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from localspec.controller import Acceptance, CostModel, Planner, best_k
 from localspec.ngram import LineJoin, NgramDrafter
 
-CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft_token=0.026)
-MID = CostModel({1: 0.050, 2: 0.055, 4: 0.060, 8: 0.080, 16: 0.120, 32: 0.200}, draft_token=0.020)
-FLAT = CostModel({1: 0.020, 2: 0.020, 4: 0.021, 8: 0.021, 16: 0.022, 32: 0.024}, draft_token=0.002)
+CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft=0.026)
+MID = CostModel({1: 0.050, 2: 0.055, 4: 0.060, 8: 0.080, 16: 0.120, 32: 0.200}, draft=0.020)
+FLAT = CostModel({1: 0.020, 2: 0.020, 4: 0.021, 8: 0.021, 16: 0.022, 32: 0.024}, draft=0.002)
 
 
 def test_picks_k0_when_drafting_cannot_win() -> None:
@@ -39,9 +39,25 @@ def test_interpolation_and_running_average() -> None:
     assert abs(cost.verify_cost(1) - 0.025) < 1e-3 and cost.verify_cost(8) < 0.30
 
 
+def test_load_moves_the_draft_with_the_target_and_a_stall_does_not_bend_the_curve() -> None:
+    """Under load the draft looks no cheaper than before (it slows with the target, even unmeasured)."""
+    cost = CostModel({1: 0.029, 2: 0.047, 4: 0.076, 8: 0.135}, draft=0.016)
+    for _ in range(30):
+        cost.observe_verify(1, 2 * 0.029)  # the machine got twice as slow; the draft did not run meanwhile
+    assert cost.verify_cost(1) > 1.9 * 0.029
+    assert cost.draft_token / cost.verify_cost(1) > 0.9 * 0.016 / 0.029
+    assert cost.verify_cost(2) / cost.verify_cost(1) > 0.9 * 0.047 / 0.029
+    shape = cost.verify_cost(4) / cost.verify_cost(1)
+    cost.observe_verify(4, 50 * cost.verify_cost(4))  # one decode stalled by a page fault or a burst of load
+    assert cost.verify_cost(4) / cost.verify_cost(1) < 1.15 * shape
+    interpolated = cost.verify_cost(3) / cost.verify_cost(1)
+    cost.observe_verify(3, 1.0)  # a new size, its one measurement far off
+    assert cost.verify_cost(3) / cost.verify_cost(1) < 1.35 * interpolated
+
+
 def test_planner_never_probes_a_model_that_cannot_win() -> None:
     """A draft model as slow as this machine's (c near 1): even always right it loses, so never probe."""
-    planner = Planner(model=True, ngram=None, k=None, cost=CostModel(dict(CPU.verify), draft_token=0.045))
+    planner = Planner(model=True, ngram=None, k=None, cost=CostModel(dict(CPU.verify), draft=0.045))
     for _ in range(300):
         plan = planner.plan([1, 2, 3], room=64)
         assert plan.kind == "none"
