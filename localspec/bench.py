@@ -281,10 +281,13 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 2.2 * len(tasks)), 8), sharex=True)
     width = 0.8 / len(strategies)
     for i, st in enumerate(strategies):
-        for ax, key in zip(axes, ("tokens_per_second", "acceptance_rate")):
-            vals = [next((r[key] or 0 for r in rows if r["task"] == t and r["strategy"] == st), 0) for t in tasks]
-            ax.bar([j + i * width for j in range(len(tasks))], vals, width, label=st)
-    axes[0].set_ylabel("tokens / s (decode)")
+        row = [next((r for r in rows if r["task"] == t and r["strategy"] == st), {}) for t in tasks]
+        speed, _ = (ax.bar([j + i * width for j in range(len(tasks))], [r.get(key) or 0 for r in row], width, label=st)
+                    for ax, key in zip(axes, ("tokens_per_second", "acceptance_rate")))
+        speed_labels = [f"{r['speedup']:.2f}×" if r.get("speedup") else "" for r in row]
+        axes[0].bar_label(speed, speed_labels, fontsize=6, rotation=90, padding=2)
+    axes[0].margins(y=0.15)
+    axes[0].set_ylabel("tokens / s (decode); bar labels: speedup")
     axes[1].set_ylabel("acceptance rate α")
     axes[1].set_xticks([j + 0.4 - width / 2 for j in range(len(tasks))], tasks)
     axes[0].legend(fontsize=8, ncol=2)
