@@ -206,7 +206,7 @@ def run_bench(target: Model, draft: Model, twin: Model, cost: CostModel, prompts
     for p in prompts:
         prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
         totals = {st.name: Stats() for st in STRATEGIES}
-        clock_seconds = {st.name: 0.0 for st in STRATEGIES}  # the clock's seconds per token, summed over rounds
+        clock_seconds = {st.name: 0.0 for st in STRATEGIES}  # the clock's time for each round's tokens, summed
         for r in range(repeat):
             for st in STRATEGIES[r % len(STRATEGIES):] + STRATEGIES[:r % len(STRATEGIES)]:
                 target.reset()
@@ -259,10 +259,10 @@ def print_table(result: dict, console: Console) -> None:
                       _fmt(r["ideal_speedup_measured_costs"], ".2f"), _fmt(r["efficiency_measured_costs"], ".0%"),
                       _fmt(r["python_overhead"], ".1%"))
     console.print(table)
-    console.print("speedup: tok/s against target-only decoding, each measured against a clock (a second copy "
-                  "of the target decoding alone, run in turns alongside it) · c: draft/target cost per token · ideal: the paper's speedup "
-                  "from α and c (verify costs one target step) · here: priced with this machine's measured verify "
-                  "cost of k+1 tokens · python: share of decode wall time outside llama.cpp")
+    console.print("speedup: tok/s against target-only decoding, each measured against a clock (a second copy of "
+                  "the target decoding alone, run in turns alongside it) · c: draft/target cost per token · ideal: "
+                  "the paper's speedup from α and c (verify costs one target step) · here: priced with this "
+                  "machine's measured verify cost of k+1 tokens · python: share of decode wall time outside llama.cpp")
     for note in result["notes"]:
         console.print(f"note: {note}")
 
