@@ -1,3 +1,3 @@
-from localspec.cli import main
+from localspec.frontends.cli import main
 
 main()

@@ -7,13 +7,17 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.catalog import default_pair, resolve
-from localspec.costs import load_costs
-from localspec.engine import Engine
+from localspec.models.catalog import default_pair, resolve
+from localspec.core.engine import Engine
+from localspec.drafting.base import Drafter
+from localspec.drafting.calibration import cached_draft_costs, measure_draft, model_key, save_costs, target_costs
+from localspec.drafting.costs import CostModel
+from localspec.drafting.copier import LineJoin, NgramDrafter
+from localspec.drafting.model import PROBE_ALPHA, ModelDrafter, model_can_win
 from localspec.errors import LocalspecError
-from localspec.model import Model, gpu_offload_supported
-from localspec.sampling import SamplerSettings
-from localspec.vocab import mismatch
+from localspec.llama.model import Model, gpu_offload_supported
+from localspec.core.sampling import SamplerSettings
+from localspec.models.vocab import mismatch
 
 
 def default_threads() -> int:
@@ -66,20 +70,69 @@ class RunConfig:
 def load_models(cfg: RunConfig) -> tuple[Model, Model | None]:
     """Load target (and draft), refusing (before loading either) a pair whose vocabularies differ."""
     target_path, draft_path = cfg.paths()
+    check_pair(target_path, draft_path)
+    return _load(cfg, target_path, cfg.gpu_layers), _load(cfg, draft_path, cfg.draft_gpu_layers) if draft_path else None
+
+
+def check_pair(target_path: Path, draft_path: Path | None) -> None:
+    """Refuse a draft whose vocabulary is not the target's (from the GGUF headers, nothing loaded)."""
     if draft_path is not None and (problem := mismatch(target_path, draft_path)):
         raise LocalspecError(f"draft {draft_path} cannot draft for target {target_path}: {problem}")
-    threads = cfg.threads or default_threads()
 
-    def load(path: Path, layers: int) -> Model:
-        return Model(path, n_ctx=cfg.ctx, n_threads=threads, n_gpu_layers=gpu_layers(layers),
-                     flash_attn=cfg.flash_attn)
-    return load(target_path, cfg.gpu_layers), load(draft_path, cfg.draft_gpu_layers) if draft_path else None
+
+def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
+    return Model(path, n_ctx=cfg.ctx, n_threads=cfg.threads or default_threads(), n_gpu_layers=gpu_layers(layers),
+                 flash_attn=cfg.flash_attn)
 
 
 def load_engine(cfg: RunConfig) -> Engine:
-    """Models, measured costs (for automatic k) and a seeded engine for cfg."""
-    target, draft = load_models(cfg)
-    ngram = not cfg.target_alone and (cfg.ngram or cfg.draft == "ngram")
-    cost = load_costs(target, draft) if cfg.k is None and not cfg.target_alone else None
-    return Engine(target, draft, cfg.sampler, 0 if cfg.target_alone else cfg.k, cfg.resolved_seed(),
-                  ngram=ngram, cost=cost)
+    """Models, measured costs (for automatic k) and a seeded engine for cfg.
+
+    Under automatic k the draft model is loaded only where its measured costs say it can beat the
+    target alone here (the first run on a machine loads it once to measure it); engine.notes says
+    when it was left out.
+    """
+    target_path, draft_path = cfg.paths()
+    check_pair(target_path, draft_path)
+    target = _load(cfg, target_path, cfg.gpu_layers)
+    auto = cfg.k is None and not cfg.target_alone
+    cost = target_costs(target) if auto else None
+    notes: list[str] = []
+    draft = None
+    if draft_path is not None and cost is not None:
+        layers = gpu_layers(cfg.draft_gpu_layers)
+        key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
+        if not cached_draft_costs(target, key, cost):
+            draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
+            measure_draft(draft, cost)
+            save_costs(target, draft, cost)
+        if model_can_win(cost):
+            draft = draft or _load(cfg, draft_path, cfg.draft_gpu_layers)
+        else:
+            draft = None
+            notes.append(f"draft model {draft_path.name} not loaded: here it cannot beat the target alone even at "
+                         f"{PROBE_ALPHA:.0%} acceptance (a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} "
+                         f"target decodes)")
+    elif draft_path is not None:
+        draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
+    drafters = make_drafters(target, draft, ngram=not cfg.target_alone and (cfg.ngram or cfg.draft == "ngram"),
+                             cost=cost)
+    engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, cfg.resolved_seed(), cost=cost)
+    engine.notes = notes
+    return engine
+
+
+def make_drafters(target: Model, draft: Model | None = None, *, ngram: bool = False,
+                  cost: CostModel | None = None) -> list[Drafter]:
+    """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model."""
+    drafters: list[Drafter] = []
+    if ngram:
+        drafters.append(NgramDrafter(LineJoin(target.piece, target.tokenize)))
+    if draft is not None:
+        drafters.append(ModelDrafter(draft, target.n_vocab, cost))
+    return drafters
+
+
+def draft_model_of(engine: Engine) -> Model | None:
+    """The draft model an engine drafts with, if it has one."""
+    return next((d.model for d in engine.drafters if isinstance(d, ModelDrafter)), None)

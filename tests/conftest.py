@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.catalog import catalog, models_dir
-from localspec.install import install
-from localspec.model import Model
+from localspec.models.catalog import catalog, models_dir
+from localspec.models.install import install
+from localspec.llama.model import Model
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"

@@ -13,11 +13,12 @@ import pytest
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from localspec.conversation import Conversation
-from localspec.engine import Engine
-from localspec.model import Model
-from localspec.repl import DRAFT_COLOR, Repl
-from localspec.sampling import SamplerSettings
+from localspec.core.conversation import Conversation
+from localspec.core.engine import Engine
+from localspec.llama.model import Model
+from localspec.frontends.chat import DRAFT_COLOR, Repl
+from localspec.core.sampling import SamplerSettings
+from localspec.runtime import make_drafters
 
 from conftest import assert_same_greedy
 
@@ -47,7 +48,7 @@ def drive(conv: Conversation, keys: str, *, color: bool = False, history: Path |
 def conv(target: Model, draft: Model) -> Conversation:
     target.reset()
     draft.reset()
-    return Conversation(Engine(target, draft, GREEDY, 4, seed=0), max_tokens=48)
+    return Conversation(Engine(target, make_drafters(target, draft), GREEDY, 4, seed=0), max_tokens=48)
 
 
 def test_second_turn_prefills_only_its_new_tokens(conv: Conversation) -> None:
@@ -70,7 +71,7 @@ def test_greedy_replies_equal_target_alone(target: Model, draft: Model) -> None:
     for k in (4, 0):
         target.reset()
         draft.reset()
-        conv = Conversation(Engine(target, draft if k else None, GREEDY, k, seed=0), max_tokens=48)
+        conv = Conversation(Engine(target, make_drafters(target, draft if k else None), GREEDY, k, seed=0), max_tokens=48)
         drive(conv, "".join(t + "\r" for t in turns) + "/exit\r")
         replies[k] = conv
     spec, base = replies[4], replies[0]
@@ -104,7 +105,7 @@ def test_save_then_load_round_trips(conv: Conversation, target: Model, draft: Mo
     drive(conv, f"/system You answer in one word.\rCapital of France?\r/save {path}\r/exit\r")
     target.reset()
     draft.reset()
-    other = Conversation(Engine(target, draft, GREEDY, 4, seed=0))
+    other = Conversation(Engine(target, make_drafters(target, draft), GREEDY, 4, seed=0))
     out = drive(other, f"/load {path}\r/exit\r")
     assert f"loaded {path} (2 messages)" in out
     assert other.to_json() == conv.to_json() and other.system == "You answer in one word."
@@ -151,7 +152,7 @@ def test_clear_system_color_and_history(conv: Conversation, tmp_path: Path) -> N
 
 def test_context_overflow_drops_oldest_turns(draft_path: Path) -> None:
     small = Model(draft_path, n_ctx=256)
-    conv = Conversation(Engine(small, None, GREEDY, 0, seed=0), system="Be brief.", max_tokens=16)
+    conv = Conversation(Engine(small, [], GREEDY, 0, seed=0), system="Be brief.", max_tokens=16)
     filler = "Please remember this sentence about apples and oranges. " * 6
     out = drive(conv, "".join(f"{filler} Turn {i}: say ok.\r" for i in range(4)) + "/exit\r")
     assert "context full: dropped the" in out

@@ -8,13 +8,14 @@ import sys
 
 import pytest
 
-from localspec.bench import LOOKUP
+from localspec.frontends.bench import LOOKUP
 
 from conftest import run_cli
 
 JSON_FIELDS = {"text", "prompt_tokens", "completion_tokens", "target_passes", "drafted", "accepted",
                "acceptance_rate", "tokens_per_pass", "prefill_seconds", "wall_seconds", "tokens_per_second",
-               "finish_reason", "k", "temperature", "seed", "target", "draft"}
+               "finish_reason", "k", "temperature", "seed", "target", "draft", "notes", "load_seconds",
+               "time_to_first_token", "total_seconds", "first_token_seconds"}
 
 
 def _json(*args: str, input: bytes | None = None) -> dict:
@@ -35,7 +36,10 @@ def test_generate_json_record(target_path, draft_path) -> None:
         assert out["acceptance_rate"] is None
     assert out["finish_reason"] in ("stop", "length")
     assert out["target"].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
-    assert out["draft"].endswith("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    if out["draft"] is None:  # left out where it cannot win here, and the record says so
+        assert any("not loaded" in note for note in out["notes"])
+    else:
+        assert out["draft"].endswith("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 
 
 def test_streamed_text_and_stats_line(target_path, draft_path) -> None:
@@ -119,5 +123,10 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     assert all(r["tokens_per_second"] > 0 for r in data["rows"] if r["strategy"] != LOOKUP)
     assert all(r["clock_tokens_per_second"] > 0 for r in data["rows"])  # every run was timed against the clock
     assert all(r["speedup"] == pytest.approx(1.0) for r in data["rows"] if r["strategy"] == "target-only")
+    assert all(r["total_speedup"] == pytest.approx(1.0) for r in data["rows"] if r["strategy"] == "target-only")
+    for r in data["rows"]:
+        assert 0 < r["load_seconds"] < r["time_to_first_token"] <= r["total_seconds"]
+        assert r["total_seconds"] == pytest.approx(r["load_seconds"] + r["prefill_seconds"] + r["decode_seconds"],
+                                                   rel=0.05, abs=0.1)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "target-only" in proc.stdout and "auto" in proc.stdout

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from localspec.controller import Acceptance, CostModel, Planner, best_k
-from localspec.ngram import LineJoin, NgramDrafter
+from types import SimpleNamespace
+
+from localspec.drafting.copier import LineJoin, NgramDrafter
+from localspec.drafting.costs import CostModel, best_k
+from localspec.drafting.model import Acceptance, ModelDrafter
+from localspec.drafting.planner import Planner
+
+
+def _model(cost: CostModel | None, cached: list[int] | None = None) -> ModelDrafter:
+    """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded."""
+    return ModelDrafter(SimpleNamespace(tokens=cached or []), 151936, cost)  # type: ignore[arg-type]
 
 CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft=0.026)
 MID = CostModel({1: 0.050, 2: 0.055, 4: 0.060, 8: 0.080, 16: 0.120, 32: 0.200}, draft=0.020)
@@ -57,19 +66,20 @@ def test_load_moves_the_draft_with_the_target_and_a_stall_does_not_bend_the_curv
 
 def test_planner_never_probes_a_model_that_cannot_win() -> None:
     """A draft model as slow as this machine's (c near 1): even always right it loses, so never probe."""
-    planner = Planner(model=True, ngram=None, k=None, cost=CostModel(dict(CPU.verify), draft=0.045))
+    cost = CostModel(dict(CPU.verify), draft=0.045)
+    planner = Planner([_model(cost)], k=None, cost=cost)
     for _ in range(300):
         plan = planner.plan([1, 2, 3], room=64)
-        assert plan.kind == "none"
+        assert plan.drafter is None
         planner.observe([1, 2, 3, 4], plan, accepted=0)
 
 
 def test_planner_probes_the_model_again_and_backs_off() -> None:
-    planner = Planner(model=True, ngram=None, k=None, cost=MID)
+    planner = Planner([_model(MID, [1, 2])], k=None, cost=MID)
     kinds = []
     for _ in range(120):
         plan = planner.plan([1, 2, 3], room=64)
-        kinds.append(plan.kind)
+        kinds.append(plan.drafter.name if plan.drafter else "none")
         planner.observe([1, 2, 3, 4], plan, accepted=0)
     lost = kinds.index("none")  # the prior alpha drafts at first; every draft is rejected
     probes = [i for i, kind in enumerate(kinds) if kind == "model" and i > lost]
@@ -79,12 +89,13 @@ def test_planner_probes_the_model_again_and_backs_off() -> None:
 
 
 def test_fixed_k_uses_ngram_match_else_model() -> None:
-    planner = Planner(model=True, ngram=NgramDrafter(), k=4, cost=None)
+    ngram = NgramDrafter()
+    planner = Planner([ngram, _model(None)], k=4, cost=None)
     ctx = [5, 6, 7, 8, 9, 10, 11, 5, 6]
     plan = planner.plan(ctx, room=64)
-    assert plan.kind == "ngram" and plan.tokens == (7, 8, 9, 10)
-    fresh = Planner(model=True, ngram=NgramDrafter(), k=4, cost=None)
-    assert fresh.plan([1, 2, 3], room=64).kind == "model"
+    assert plan.drafter is ngram and plan.k == 4 and ngram.draft(ctx, 4, None, None).tokens == [7, 8, 9, 10]
+    fresh = Planner([NgramDrafter(), _model(None)], k=4, cost=None)
+    assert fresh.plan([1, 2, 3], room=64).drafter.name == "model"
 
 
 def _replay(ctx: list[int], continuation: list[int], k: int, drafter: NgramDrafter | None = None) -> tuple[int, int]:
@@ -99,7 +110,7 @@ def _replay(ctx: list[int], continuation: list[int], k: int, drafter: NgramDraft
         ctx = ctx + continuation[i:i + n]
         i += n
         rounds, accepted = rounds + 1, accepted + a
-        drafter.observe(ctx, a)
+        drafter.learn(ctx, a)
     return rounds, accepted
 
 
@@ -122,9 +133,9 @@ def test_the_output_repeating_itself_is_trusted_less_than_a_quote_of_the_input()
     echo.start(len(echo_prompt))
     quote_ctx, echo_ctx = quote_prompt + [4, 7, 8, 9], echo_prompt + phrase + [4, 7, 8, 9]
     assert quote.propose(quote_ctx, 5) == echo.propose(echo_ctx, 5) == [10, 11, 12, 13, 14]
-    assert all(e < q for q, e in zip(quote.survival(5), echo.survival(5)))
+    assert all(e < q for q, e in zip(quote.holds(5), echo.holds(5)))
     here = CostModel({1: 0.029, 2: 0.047, 4: 0.076, 8: 0.135, 16: 0.154, 32: 0.250})  # a measured AVX-512 curve
-    assert best_k(quote.survival(5), here, 0.0)[0] > 0 and best_k(echo.survival(5), here, 0.0)[0] == 0
+    assert best_k(quote.holds(5), here, 0.0)[0] > 0 and best_k(echo.holds(5), here, 0.0)[0] == 0
 
 
 def test_no_match_proposes_nothing() -> None:

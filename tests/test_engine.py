@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from llama_cpp import Llama
 
-from localspec.engine import Engine
-from localspec.model import Model, new_llama
-from localspec.prompt import chat_tokens, raw_tokens
-from localspec.sampling import SamplerSettings
+from localspec.core.engine import Engine
+from localspec.llama.model import Model, new_llama
+from localspec.llama.template import chat_tokens, raw_tokens
+from localspec.core.sampling import SamplerSettings
+from localspec.runtime import make_drafters
 
 from conftest import assert_same_greedy
 
@@ -23,7 +24,7 @@ PROMPTS = [
 
 def _run(target: Model, draft: Model | None, prompt: list[int], k: int, n: int = 64,
          sampler: SamplerSettings = GREEDY, seed: int = 0, stops=()) -> tuple[list[int], str, Engine]:
-    engine = Engine(target, draft, sampler, k, seed)
+    engine = Engine(target, make_drafters(target, draft), sampler, k, seed)
     text = "".join(p.text for p in engine.generate(prompt, n, stops))
     return engine.completion, text, engine
 
@@ -123,16 +124,16 @@ def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
 
     QUOTE's answer joins the source's wrapped lines: the drafter learns to copy across them.
     """
-    from localspec.controller import CostModel
+    from localspec.drafting.costs import CostModel
 
     cost = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576})
     prompt = chat_tokens(target, [{"role": "user", "content": text}])
     baseline = _run(target, None, prompt, 0, n=80)[0]
-    engine = Engine(target, None, GREEDY, k, seed=0, ngram=True, cost=cost)
+    engine = Engine(target, make_drafters(target, ngram=True), GREEDY, k, seed=0, cost=cost)
     "".join(p.text for p in engine.generate(prompt, 80))
     assert_same_greedy(target, prompt, engine.completion, baseline)
     assert engine.stats.accepted >= len(baseline) // 4 and engine.stats.target_passes < 0.8 * len(baseline)
-    assert engine.planner.ngram.join_lines == (text is QUOTE)
+    assert engine.drafter("ngram").join_lines == (text is QUOTE)
 
 
 def test_logits_span_batch_chunks(draft_path) -> None:

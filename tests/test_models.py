@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import one_line_error, run_cli
-from localspec.catalog import catalog
-from localspec.model import amx_weights_disabled, gpu_offload_supported
+from localspec.models.catalog import catalog
+from localspec.llama.model import amx_weights_disabled, gpu_offload_supported
 from localspec.runtime import RunConfig, load_models
 
 REPO = "test-org/tiny-GGUF"

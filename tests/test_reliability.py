@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localspec.conversation import Conversation
-from localspec.engine import Engine
-from localspec.model import Model
-from localspec.prompt import chat_tokens
-from localspec.sampling import SamplerSettings
+from localspec.core.conversation import Conversation
+from localspec.core.engine import Engine
+from localspec.llama.model import Model
+from localspec.llama.template import chat_tokens
+from localspec.core.sampling import SamplerSettings
 from test_chat import drive
 
 from conftest import one_line_error, run_cli
@@ -149,7 +149,7 @@ def _rss_mb() -> float:
 def test_200_turn_chat_soak(draft_path: Path, tmp_path: Path) -> None:
     """Short replies through many context overflows; memory stays flat (the 0.5B model as target, for time)."""
     model = Model(draft_path, n_ctx=384)
-    conv = Conversation(Engine(model, None, SamplerSettings(temperature=0), 0, seed=0), max_tokens=6)
+    conv = Conversation(Engine(model, [], SamplerSettings(temperature=0), 0, seed=0), max_tokens=6)
     rss = {}
     for turn in range(1, 201):
         drive(conv, f"Turn {turn}: reply with one short word.\r/exit\r", autosave=tmp_path / "auto.json")

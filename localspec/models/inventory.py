@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.catalog import CatalogModel, catalog, models_dir
+from localspec.models.catalog import CatalogModel, catalog, models_dir
 from localspec.errors import LocalspecError
-from localspec.gguf import BadModelFile, GGUFInfo, read_gguf
-from localspec.hub import CachedFile, cached_files, remove
-from localspec.install import stamp_path
+from localspec.models.gguf import BadModelFile, GGUFInfo, read_gguf
+from localspec.models.hub import CachedFile, cached_files, remove
+from localspec.models.install import stamp_path
 
 
 @dataclass

@@ -4,36 +4,46 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.table import Table
 
-from localspec.controller import CostModel
-from localspec.engine import Engine, Stats
+from localspec.core.engine import Engine
+from localspec.core.sampling import SamplerSettings
+from localspec.core.stats import Stats
+from localspec.drafting.calibration import save_costs
+from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
-from localspec.model import Model, new_llama
-from localspec.prompt import chat_tokens
-from localspec.sampling import SamplerSettings
+from localspec.llama.model import Model
+from localspec.llama.template import chat_tokens
+from localspec.runtime import RunConfig, draft_model_of, load_engine
 
 
 @dataclass(frozen=True)
 class Strategy:
+    """A way to run the pair: the settings `localspec generate` would be given for it."""
+
     name: str
-    k: int | None  # None: the cost-aware controller
-    model: bool  # the draft model drafts
-    ngram: bool  # n-gram copying drafts
+    k: int | None  # None: the cost-aware planner
+    draft: str = "auto"  # as --draft: "auto" (the draft model where it can win, plus copies) or "ngram"
+    no_draft: bool = False
+    ngram: bool = True
+
+    def config(self, base: RunConfig) -> RunConfig:
+        return replace(base, k=self.k, draft=base.draft if self.draft == "auto" else self.draft,
+                       no_draft=self.no_draft, ngram=self.ngram)
 
 
 STRATEGIES = [
-    Strategy("target-only", 0, False, False),
-    Strategy("model k=2", 2, True, False),
-    Strategy("model k=4", 4, True, False),
-    Strategy("model k=8", 8, True, False),
-    Strategy("ngram k=32", 32, False, True),
-    Strategy("auto", None, True, True),
+    Strategy("target-only", 0, no_draft=True),
+    Strategy("model k=2", 2, ngram=False),
+    Strategy("model k=4", 4, ngram=False),
+    Strategy("model k=8", 8, ngram=False),
+    Strategy("ngram k=32", 32, draft="ngram"),
+    Strategy("auto", None),
 ]
 LOOKUP = "llama-cpp-python prompt lookup"
 
@@ -41,7 +51,7 @@ LOOKUP = "llama-cpp-python prompt lookup"
 def load_prompts(path: Path | None) -> list[dict[str, str]]:
     """The built-in prompt set, or a JSONL file of {"prompt": ..., "task": optional name}."""
     if path is None:
-        from localspec.prompts import BUILTIN_PROMPTS
+        from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
         return BUILTIN_PROMPTS
     try:
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -69,22 +79,56 @@ def measured_ideal(alpha: float | None, k: float, c: float, cost: CostModel) -> 
     return expected * t1 / (k * c * t1 + cost.verify_cost(round(k) + 1))
 
 
-def _row(strategy: str, task: str, s: Stats, clock: float | None, per_clock: float | None, c: float,
-         cost: CostModel) -> dict:
-    """One table row.
+@dataclass
+class Totals:
+    """One strategy's runs on one prompt, summed over rounds: times from the load on, and its clock."""
 
-    clock: tok/s of the target-only twin run alongside this row's runs; per_clock: the target-only
-    row's tok/s over its own clock. The speedup is this row's tok/s over its clock, divided by that.
+    stats: Stats = field(default_factory=Stats)
+    load_seconds: float = 0.0
+    first_token_seconds: float = 0.0  # from the start of the load
+    total_seconds: float = 0.0  # from the start of the load to the last token
+    clock_seconds: float = 0.0  # the clock's time for this strategy's tokens
+
+    def add(self, stats: Stats, load: float, clock_speed: float | None) -> None:
+        self.stats.add(stats)
+        self.load_seconds += load
+        self.first_token_seconds += load + (stats.first_token_seconds or 0.0)
+        self.total_seconds += load + stats.prefill_seconds + stats.wall_seconds
+        self.clock_seconds += stats.completion_tokens / clock_speed if clock_speed else 0.0
+
+    @property
+    def clock(self) -> float | None:
+        """The clock's tok/s alongside these runs (the machine's speed while they ran)."""
+        return self.stats.completion_tokens / self.clock_seconds if self.clock_seconds else None
+
+
+def _row(strategy: str, task: str, t: Totals, base: Totals, c: float, cost: CostModel) -> dict[str, Any]:
+    """One table row, against the target-only runs `base` of the same prompt.
+
+    The decode speedup is this row's tok/s over its clock's, divided by the same ratio of the base
+    (the machine's drift cancels, and so does any steady difference between the two copies of the
+    target). The total speedup compares the whole wait, load and prefill included, with this row's
+    decode time rescaled to the machine speed the base ran at.
     """
+    s = t.stats
     tps = s.tokens_per_second or 0.0
+    per_clock = (base.stats.tokens_per_second or 0.0) / base.clock if base.clock else None
+    speedup = tps / t.clock / per_clock if t.clock and per_clock else None
+    decode_here = s.wall_seconds * (t.clock / base.clock) if t.clock and base.clock else s.wall_seconds
+    total_here = t.load_seconds + s.prefill_seconds + decode_here
     mean_k = s.drafted / s.target_passes if s.target_passes else 0.0
     measured = s.wall_seconds and s.target_seconds  # the reference row has no decode timings
     overhead = 1 - (s.target_seconds + s.draft_seconds) / s.wall_seconds if measured else None
     ideal = ideal_speedup(s.acceptance_rate, mean_k, c)
     ideal_here = measured_ideal(s.acceptance_rate, mean_k, c, cost)
-    speedup = tps / clock / per_clock if clock and per_clock else None
-    return {"strategy": strategy, "task": task, "completion_tokens": s.completion_tokens,
-            "tokens_per_second": tps, "clock_tokens_per_second": clock, "speedup": speedup,
+    return {"strategy": strategy, "task": task, "prompt_tokens": s.prompt_tokens,
+            "completion_tokens": s.completion_tokens,
+            "load_seconds": t.load_seconds, "prefill_seconds": s.prefill_seconds,
+            "time_to_first_token": t.first_token_seconds, "decode_seconds": s.wall_seconds,
+            "total_seconds": t.total_seconds,
+            "total_speedup": base.total_seconds / total_here if total_here else None,
+            "first_token_ratio": t.first_token_seconds / base.first_token_seconds if base.first_token_seconds else None,
+            "tokens_per_second": tps, "clock_tokens_per_second": t.clock, "speedup": speedup,
             "acceptance_rate": s.acceptance_rate,
             "tokens_per_pass": s.tokens_per_pass, "mean_k": mean_k, "cost_ratio": c,
             "ideal_speedup": ideal, "efficiency": speedup / ideal if speedup and ideal else None,
@@ -94,26 +138,20 @@ def _row(strategy: str, task: str, s: Stats, clock: float | None, per_clock: flo
 
 
 def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None,
-                      sampler: SamplerSettings, seed: int, stats: Stats) -> Iterator[None]:
+                      sampler: SamplerSettings, seed: int) -> Iterator[object]:
     """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), loaded now: a step per token."""
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    from localspec.llama.lookup import prompt_lookup_llama
 
-    # Its speculative path reads scores at every position and, given a draft_model, turns logits_all on
-    # itself, but sizes its score array from the flag as passed: without logits_all=True here it fails
-    # with a numpy broadcast error. That array is n_ctx x n_vocab floats, so this reference (only) runs
-    # with a context just big enough for the prompt and the answer; localspec asks only where needed.
-    n_ctx = len(prompt) + max_tokens + 64
-    llm = new_llama(model_path=str(target_path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                    logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
-    stats.prompt_tokens = len(prompt)
+    llm = prompt_lookup_llama(target_path, n_ctx=len(prompt) + max_tokens + 64, n_threads=n_threads)
+    return iter(llm.create_completion(prompt, max_tokens=max_tokens, temperature=sampler.temperature,
+                                      top_k=sampler.top_k, top_p=sampler.top_p, min_p=sampler.min_p,
+                                      seed=seed, stream=True))
 
-    def steps() -> Iterator[None]:
-        for _ in llm.create_completion(prompt, max_tokens=max_tokens, temperature=sampler.temperature,
-                                       top_k=sampler.top_k, top_p=sampler.top_p, min_p=sampler.min_p,
-                                       seed=seed, stream=True):
-            stats.completion_tokens += 1
-            yield
-    return steps()
+
+def _counted(steps: Iterator[object], stats: Stats) -> Iterator[object]:
+    for step in steps:
+        stats.completion_tokens += 1
+        yield step
 
 
 class _Timed:
@@ -147,7 +185,7 @@ class _Clock:
     """
 
     def __init__(self, twin: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
-        self.engine = Engine(twin, None, sampler, 0, seed)
+        self.engine = Engine(twin, [], sampler, 0, seed)
         self.prompt, self.max_tokens = prompt, max_tokens
         self.tokens, self.first_prefill = 0, None  # tokens of the generations finished so far
         self.timed = _Timed(self._forever())
@@ -191,49 +229,54 @@ def _paired(run: _Timed, clock: _Clock) -> float | None:
     return clock.speed()
 
 
-def run_bench(target: Model, draft: Model, twin: Model, cost: CostModel, prompts: list[dict[str, str]], *,
-              max_tokens: int, sampler: SamplerSettings, seed: int, lookup: bool, repeat: int = 1,
-              progress: Callable[[str], None] | None = None) -> dict:
-    """Run every strategy on every prompt; return rows, notes and the cost model.
+def run_bench(base: RunConfig, twin: Model, cost: CostModel, prompts: list[dict[str, str]], *, max_tokens: int,
+              strategies: list[Strategy], lookup: bool, repeat: int = 1,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every strategy on every prompt as `localspec generate` would: load, prefill, decode.
 
-    Each run is paired with a clock: target-only decoding on `twin` (a second copy of the target)
-    run alongside it. A row's speed over its clock's, divided by the same ratio of the target-only
-    row, is its speedup: the machine's drift cancels, and so does any steady difference between the
-    two copies. With repeat > 1 each prompt runs in rounds, in rotated order, and each row sums its rounds.
+    Each run loads its models afresh (what the user waits for) and is paired with a clock:
+    target-only decoding on `twin` (a second copy of the target, kept loaded) run alongside it, so
+    the machine's drift cancels from the speedups. With repeat > 1 each prompt runs in rounds, in
+    rotated order, and each row sums its rounds. The first strategy is the baseline.
     """
     c = cost.draft_token / cost.verify_cost(1)
     rows, notes = [], []
+    sampler, seed = base.sampler, base.resolved_seed()
     for p in prompts:
-        prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
-        totals = {st.name: Stats() for st in STRATEGIES}
-        clock_seconds = {st.name: 0.0 for st in STRATEGIES}  # the clock's time for each round's tokens, summed
+        prompt = chat_tokens(twin, [{"role": "user", "content": p["prompt"]}])
+        totals = {st.name: Totals() for st in strategies}
         for r in range(repeat):
-            for st in STRATEGIES[r % len(STRATEGIES):] + STRATEGIES[:r % len(STRATEGIES)]:
-                target.reset()
-                draft.reset()
-                engine = Engine(target, draft if st.model else None, sampler, st.k, seed, ngram=st.ngram, cost=cost)
+            for st in strategies[r % len(strategies):] + strategies[:r % len(strategies)]:
+                t0 = time.perf_counter()
+                engine = load_engine(st.config(base))
+                load = time.perf_counter() - t0
                 run = _Timed(engine.generate(prompt, max_tokens))
                 speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
                 engine.stats.wall_seconds = run.seconds - engine.stats.prefill_seconds  # its own steps only
-                totals[st.name].add(engine.stats)
-                clock_seconds[st.name] += engine.stats.completion_tokens / speed if speed else 0.0
+                totals[st.name].add(engine.stats, load, speed)
+                notes += [n for n in engine.notes if n not in notes]
+                if engine.cost is not None:
+                    save_costs(engine.target, draft_model_of(engine), engine.cost)
+                del engine, run  # free the models before the next run loads its own
                 if progress:
                     progress(f"{p['task']}: {st.name}")
-        clock = {name: totals[name].completion_tokens / sec if sec else None for name, sec in clock_seconds.items()}
-        base = next(st.name for st in STRATEGIES if st.k == 0)
-        per_clock = (totals[base].tokens_per_second or 0.0) / clock[base] if clock[base] else None
-        rows += [_row(st.name, p["task"], totals[st.name], clock[st.name], per_clock, c if st.model else 0.0, cost)
-                 for st in STRATEGIES]
+        baseline = totals[strategies[0].name]
+        rows += [_row(st.name, p["task"], totals[st.name], baseline, c if st.k and not st.ngram else 0.0, cost)
+                 for st in strategies]
         if lookup:
-            stats = Stats()
             try:
-                run = _Timed(_lookup_reference(target.path, prompt, max_tokens, target.n_threads, sampler, seed,
-                                               stats))
+                t0 = time.perf_counter()
+                stats, steps = Stats(), _lookup_reference(twin.path, prompt, max_tokens, twin.n_threads, sampler,
+                                                          seed)
+                load = time.perf_counter() - t0
+                run = _Timed(_counted(steps, stats))
                 speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
-                stats.prefill_seconds = run.first_step or 0.0
-                stats.wall_seconds = run.paced
+                stats.prompt_tokens, stats.prefill_seconds, stats.wall_seconds = len(prompt), run.first_step or 0.0, run.paced
+                stats.first_token_seconds = stats.prefill_seconds
                 stats.completion_tokens -= 1  # the first token's time is in the prefill
-                rows.append(_row(LOOKUP, p["task"], stats, speed, per_clock, 0.0, cost))
+                ref = Totals()
+                ref.add(stats, load, speed)
+                rows.append(_row(LOOKUP, p["task"], ref, baseline, 0.0, cost))
             except Exception as e:  # noqa: BLE001 - a reference row: report its failure, go on
                 notes.append(f"{LOOKUP} failed on {p['task']}: {type(e).__name__}: {e}")
             if progress:
@@ -246,28 +289,33 @@ def _fmt(v: float | None, spec: str) -> str:
     return "–" if v is None else format(v, spec)
 
 
-def print_table(result: dict, console: Console) -> None:
-    """The bench table: one row per strategy and task."""
+def print_table(result: dict[str, Any], console: Console) -> None:
+    """The bench table: one row per strategy and task, the whole wait first, then the decode."""
     table = Table(title="localspec bench", header_style="bold")
-    for col in ("task", "strategy", "tok/s", "speedup", "α", "tok/pass", "c", "ideal", "eff.",
-                "ideal (here)", "eff. (here)", "python"):
+    cols = ("task", "strategy", "load s", "prefill s", "first tok s", "decode s", "total s", "total ×",
+            "tok/s", "decode ×", "α", "tok/pass", "ideal (here)", "eff. (here)", "python")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("task", "strategy") else "right")
     for r in result["rows"]:
-        table.add_row(r["task"], r["strategy"], _fmt(r["tokens_per_second"], ".1f"), _fmt(r["speedup"], ".2f"),
+        table.add_row(r["task"], r["strategy"], _fmt(r["load_seconds"], ".2f"), _fmt(r["prefill_seconds"], ".2f"),
+                      _fmt(r["time_to_first_token"], ".2f"), _fmt(r["decode_seconds"], ".2f"),
+                      _fmt(r["total_seconds"], ".2f"), _fmt(r["total_speedup"], ".2f"),
+                      _fmt(r["tokens_per_second"], ".1f"), _fmt(r["speedup"], ".2f"),
                       _fmt(r["acceptance_rate"], ".2f"), _fmt(r["tokens_per_pass"], ".2f"),
-                      _fmt(r["cost_ratio"], ".2f"), _fmt(r["ideal_speedup"], ".2f"), _fmt(r["efficiency"], ".0%"),
                       _fmt(r["ideal_speedup_measured_costs"], ".2f"), _fmt(r["efficiency_measured_costs"], ".0%"),
                       _fmt(r["python_overhead"], ".1%"))
     console.print(table)
-    console.print("speedup: tok/s against target-only decoding, each measured against a clock (a second copy of "
-                  "the target decoding alone, run in turns alongside it) · c: draft/target cost per token · ideal: "
-                  "the paper's speedup from α and c (verify costs one target step) · here: priced with this "
-                  "machine's measured verify cost of k+1 tokens · python: share of decode wall time outside llama.cpp")
+    console.print("times are summed over --repeat rounds, from the start of each run's model load · total ×: the "
+                  "target alone's total time over this row's (decode rescaled to the machine speed the target alone "
+                  "ran at) · decode ×: tok/s against the target alone, each measured against a clock (a second copy "
+                  "of the target decoding alone, run in turns alongside it) · ideal (here): the paper's speedup from α, "
+                  "priced with this machine's measured verify cost of k+1 tokens · python: share of decode wall time "
+                  "outside llama.cpp")
     for note in result["notes"]:
         console.print(f"note: {note}")
 
 
-def plot(result: dict, path: Path) -> None:
+def plot(result: dict[str, Any], path: Path) -> None:
     """Bars of tok/s and acceptance rate per strategy, one group per task."""
     try:
         import matplotlib
@@ -284,10 +332,10 @@ def plot(result: dict, path: Path) -> None:
         row = [next((r for r in rows if r["task"] == t and r["strategy"] == st), {}) for t in tasks]
         speed, _ = (ax.bar([j + i * width for j in range(len(tasks))], [r.get(key) or 0 for r in row], width, label=st)
                     for ax, key in zip(axes, ("tokens_per_second", "acceptance_rate")))
-        speed_labels = [f"{r['speedup']:.2f}×" if r.get("speedup") else "" for r in row]
+        speed_labels = [f"{r['total_speedup']:.2f}×" if r.get("total_speedup") else "" for r in row]
         axes[0].bar_label(speed, speed_labels, fontsize=6, rotation=90, padding=2)
     axes[0].margins(y=0.15)
-    axes[0].set_ylabel("tokens / s (decode); bar labels: speedup")
+    axes[0].set_ylabel("tokens / s (decode); bar labels: total-time speedup")
     axes[1].set_ylabel("acceptance rate α")
     axes[1].set_xticks([j + 0.4 - width / 2 for j in range(len(tasks))], tasks)
     axes[0].legend(fontsize=8, ncol=2)

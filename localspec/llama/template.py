@@ -11,7 +11,7 @@ import re
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.errors import LocalspecError
-from localspec.model import Model
+from localspec.llama.model import Model
 
 Message = dict  # {"role": str, "content": str, optional "tokens": list[int] (content already tokenized)}
 _SLOT = "\x00localspec-slot-{}\x00"

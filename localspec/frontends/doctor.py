@@ -9,7 +9,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from localspec.model import Model, gpu_offload_supported
+from localspec.llama.model import Model, gpu_offload_supported
 
 
 @dataclass

@@ -13,8 +13,9 @@ from prompt_toolkit.completion import NestedCompleter
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
-from localspec.conversation import Conversation
+from localspec.core.conversation import Conversation
 from localspec.errors import LocalspecError
+from localspec.runtime import draft_model_of
 from localspec.limits import check
 
 DRAFT_COLOR, RESET = "\x1b[36m", "\x1b[0m"
@@ -73,7 +74,8 @@ class Repl:
 
     def _toolbar(self) -> str:
         e = self.conv.engine
-        names = e.target.name + (f" ← {e.draft.name}" if e.draft else " (no draft)")
+        draft = draft_model_of(e)
+        names = e.target.name + (f" ← {draft.name}" if draft else " + copies" if e.drafters else " (no draft)")
         last = self.conv.last
         tail = ""
         if last and last.tokens_per_second:
@@ -175,8 +177,8 @@ class Repl:
         except ValueError as e:
             _bad(f"{name}: {raw!r} is not valid ({e if 'must' in str(e) else 'not a number'})")
         if name == "k":
-            if engine.draft is None and value > 0:
-                _bad("no draft model is loaded (started with --no-draft)")
+            if not engine.drafters and value > 0:
+                _bad("nothing drafts (started with --no-draft)")
             engine.k = value
         elif name == "max_tokens":
             conv.max_tokens = value

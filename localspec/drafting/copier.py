@@ -14,9 +14,12 @@ Proposals are one-hot: sampling stays exact.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
+
+from localspec.core.sampling import SamplerSettings
+from localspec.drafting.base import Draft, Drafter
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
@@ -70,8 +73,11 @@ class LineJoin:
         return self._joined[key]
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Copies continuations from the context; learns edits, line joining and how long copies hold."""
+
+    name = "ngram"
+    max_k: ClassVar[int] = 64
 
     def __init__(self, join: LineJoin | None = None, max_ngram: int = 8, resync_window: int = 48,
                  decay: float = 0.97) -> None:
@@ -169,7 +175,19 @@ class NgramDrafter:
         """Which statistics the current copy uses: 0 for one from the input, 1 for the output's own text."""
         return int(self.source_end is not None and self.plan_from >= self.source_end)
 
-    def survival(self, n: int) -> list[float]:
+    def survival(self, ctx: list[int], k_max: int) -> list[float]:
+        return self.holds(len(self.propose(ctx, k_max)))
+
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+        return Draft.copied(self.propose(ctx, k))
+
+    def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
+        if by is None or by is self:
+            self.learn(ctx, accepted if by is self else 0)
+        else:
+            self.reset()  # another drafter's tokens moved the output: resynchronize
+
+    def holds(self, n: int) -> list[float]:
         """S_j, j = 1..n: the estimated probability that the first j proposed tokens all hold."""
         rate = self.breaks[self._side] / (self.copied[self._side] + self.breaks[self._side])
         s, out = 1.0, []
@@ -178,7 +196,7 @@ class NgramDrafter:
             out.append(s)
         return out
 
-    def observe(self, ctx: list[int], accepted: int) -> None:
+    def learn(self, ctx: list[int], accepted: int) -> None:
         """Learn from a round; ctx already ends with the tokens it emitted (accepted + 1)."""
         if not self.plan:
             if self.anchor is not None and len(ctx) - self.broke_at > self.resync_window:

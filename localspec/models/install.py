@@ -13,8 +13,8 @@ from typing import Callable
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from localspec.catalog import CatalogModel, models_dir
-from localspec.dirs import cache_dir
+from localspec.models.catalog import CatalogModel, models_dir
+from localspec.paths import cache_dir
 from localspec.errors import LocalspecError
 
 _CHUNK = 8 << 20

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from localspec.engine import Engine, Piece, Stats
+from localspec.core.engine import Engine
+from localspec.core.stats import Piece, Stats
 from localspec.errors import LocalspecError
-from localspec.prompt import Message, chat_tokens
+from localspec.llama.template import Message, chat_tokens
 
 SAVE_VERSION = 1
 
@@ -85,16 +86,16 @@ class Conversation:
         """A new conversation: no messages, empty caches."""
         self.messages.clear()
         self.engine.target.reset()
-        if self.engine.draft is not None:
-            self.engine.draft.reset()
+        for d in self.engine.drafters:
+            d.reset()
 
     def prefill(self) -> None:
-        """Decode the conversation so far into both caches (after /load or /system)."""
+        """Decode the conversation so far into the target's cache (after /load or /system).
+
+        A draft model catches up only when it next drafts (the planner prices that in)."""
         tokens = self._rendered(self.messages, generation=False) if self.messages or self.system else []
         if 0 < len(tokens) < self.engine.target.n_ctx:  # a longer one is cut to fit at the next reply
             self.engine.target.sync(tokens, 0)
-            if self.engine.draft is not None:
-                self.engine.draft.sync(tokens, 0)
 
     def to_json(self) -> dict:
         return {"version": SAVE_VERSION, "system": self.system,

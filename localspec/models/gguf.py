@@ -6,10 +6,11 @@ the header declares actually lies inside the file (a truncated download fails he
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 from localspec.errors import LocalspecError
 
@@ -46,7 +47,19 @@ class GGUFInfo:
     n_tensors: int = 0
     n_params: int = 0
     declared_size: int = 0
-    tokens: list[str] | None = None  # the vocabulary's token texts, when asked for
+    tokens_raw: bytes | None = None  # the vocabulary's token array as stored, when asked for
+
+    @property
+    def tokens(self) -> list[str] | None:
+        """The vocabulary's token texts (decoded from tokens_raw)."""
+        if self.tokens_raw is None:
+            return None
+        raw, out, pos = self.tokens_raw, [], 0
+        while pos < len(raw):
+            n = struct.unpack_from("<Q", raw, pos)[0]
+            out.append(raw[pos + 8:pos + 8 + n].decode("utf-8", "replace"))
+            pos += 8 + n
+        return out
 
     @property
     def architecture(self) -> str:
@@ -63,28 +76,46 @@ class GGUFInfo:
 
 
 class _Reader:
-    def __init__(self, f: BinaryIO, size: int) -> None:
-        self.f, self.size = f, size
+    """Reads the header from a memory map of the file (cheap slices, no per-record file calls)."""
+
+    def __init__(self, buf: mmap.mmap, size: int) -> None:
+        self.buf, self.size, self.pos = buf, size, 4  # after the magic
 
     def take(self, n: int) -> bytes:
-        data = self.f.read(n)
-        if len(data) != n:
+        if self.pos + n > self.size:
             raise ValueError("the header ends before its records do")
+        data = self.buf[self.pos:self.pos + n]
+        self.pos += n
         return data
 
-    def scalar(self, fmt: str):
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+    def scalar(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        if self.pos + size > self.size:
+            raise ValueError("the header ends before its records do")
+        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
+        self.pos += size
+        return value
 
     def count(self, what: str) -> int:
         n = self.scalar("<Q")
         if n > self.size:
             raise ValueError(f"implausible {what} ({n:,})")
-        return n
+        return int(n)
 
     def string(self) -> str:
         return self.take(self.count("string length")).decode("utf-8", "replace")
 
-    def value(self, vtype: int):
+    def skip_strings(self, n: int) -> None:
+        buf, pos, size, unpack = self.buf, self.pos, self.size, struct.Struct("<Q").unpack_from
+        for _ in range(n):
+            if pos + 8 > size:
+                raise ValueError("the header ends before its records do")
+            pos += 8 + unpack(buf, pos)[0]
+        if pos > size:
+            raise ValueError("the header ends before its records do")
+        self.pos = pos
+
+    def value(self, vtype: int) -> Any:
         if vtype in _SCALARS:
             return self.scalar(_SCALARS[vtype])
         if vtype == _STRING:
@@ -104,14 +135,15 @@ def read_gguf(path: Path, *, tokens: bool = False) -> GGUFInfo:
         with open(path, "rb") as f:
             if f.read(4) != b"GGUF":
                 raise BadModelFile(f"{path}: not a GGUF file (bad magic bytes)")
-            return _parse(_Reader(f, size), size, tokens)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return _parse(_Reader(buf, size), path, size, tokens)
     except OSError as e:
         raise BadModelFile(f"{path}: cannot read ({e.strerror})") from None
     except (ValueError, struct.error) as e:
         raise BadModelFile(f"{path}: corrupt GGUF header: {e}") from None
 
 
-def _parse(r: _Reader, size: int, want_tokens: bool) -> GGUFInfo:
+def _parse(r: _Reader, path: Path, size: int, want_tokens: bool) -> GGUFInfo:
     version = r.scalar("<I")
     if version not in (2, 3):
         raise ValueError(f"unsupported GGUF version {version}")
@@ -124,11 +156,14 @@ def _parse(r: _Reader, size: int, want_tokens: bool) -> GGUFInfo:
             info.array_lengths[key] = n
             if etype in _SCALARS:
                 r.take(struct.calcsize(_SCALARS[etype]) * n)
+            elif etype != _STRING:
+                raise ValueError(f"unknown array element type {etype}")
             elif key == _TOKENS and want_tokens:
-                info.tokens = [r.value(etype) for _ in range(n)]
+                start = r.pos
+                r.skip_strings(n)
+                info.tokens_raw = r.buf[start:r.pos]
             else:
-                for _ in range(n):
-                    r.value(etype)
+                r.skip_strings(n)
         else:
             info.metadata[key] = r.value(vtype)
     end = 0
@@ -146,10 +181,10 @@ def _parse(r: _Reader, size: int, want_tokens: bool) -> GGUFInfo:
             end = max(end, offset + elements // block * nbytes)
     info.n_tensors = n_tensors
     align = int(info.metadata.get("general.alignment", 32))
-    data_start = -(-r.f.tell() // align) * align
+    data_start = -(-r.pos // align) * align
     info.declared_size = data_start + end
     if info.declared_size > size:
-        raise BadModelFile(f"{r.f.name}: truncated: the header declares {info.declared_size:,} bytes, "
+        raise BadModelFile(f"{path}: truncated: the header declares {info.declared_size:,} bytes, "
                            f"the file has {size:,}")
     return info
 

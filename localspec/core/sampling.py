@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
@@ -43,6 +43,9 @@ class OneHot:
         out = np.array(p, dtype=np.float64)
         out[self.token] -= 1.0
         return out
+
+
+Dist = Union[np.ndarray, OneHot]  # a sampling distribution over the target's vocabulary
 
 
 def _sorted_prefix(logits: np.ndarray, cand: np.ndarray, z: float, lmax: float, top_p: float) -> np.ndarray:
@@ -96,7 +99,7 @@ def sample(probs: np.ndarray | OneHot, rng: np.random.Generator) -> int:
     return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
 
 
-def verify(p_at: Callable[[int], np.ndarray], q: Sequence[np.ndarray], draft: Sequence[int],
+def verify(p_at: Callable[[int], Dist], q: Sequence[Dist], draft: Sequence[int],
            rng: np.random.Generator) -> tuple[list[int], int]:
     """Speculative rejection sampling (Leviathan et al. 2022, Algorithm 1).
 

@@ -13,8 +13,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from localspec.errors import LocalspecError
+from localspec.paths import data_dir
 
-_PACKAGE_MODELS = Path(__file__).resolve().parent.parent / "models"
+_CATALOG = Path(__file__).with_name("catalog.json")
+_CHECKOUT_MODELS = Path(__file__).resolve().parents[2] / "models"  # meaningful only in a source checkout
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,21 @@ class CatalogModel:
 
 
 def models_dir() -> Path:
-    """The folder holding GGUF files: $LOCALSPEC_MODELS_DIR, else the checkout's models/."""
-    env = os.environ.get("LOCALSPEC_MODELS_DIR")
-    return Path(env).expanduser() if env else _PACKAGE_MODELS
+    """The folder holding GGUF files.
+
+    $LOCALSPEC_MODELS_DIR, else the checkout's models/ when localspec runs from a source checkout
+    (an editable install), else models/ in the user's data directory.
+    """
+    if env := os.environ.get("LOCALSPEC_MODELS_DIR"):
+        return Path(env).expanduser()
+    if (_CHECKOUT_MODELS / "README.md").is_file() and (_CHECKOUT_MODELS.parent / "pyproject.toml").is_file():
+        return _CHECKOUT_MODELS
+    return data_dir() / "models"
 
 
 @lru_cache(maxsize=1)
 def _raw() -> dict:
-    return json.loads((_PACKAGE_MODELS / "catalog.json").read_text())
+    return json.loads(_CATALOG.read_text())
 
 
 def catalog() -> dict[str, CatalogModel]:
@@ -79,14 +88,14 @@ def _catalog_path(model: CatalogModel) -> Path:
         return Path(cached)
     if model.registry_prefix:
         raise LocalspecError(f"{model.name} is not installed: run `localspec models install {model.name}`")
-    from localspec.hub import pull
+    from localspec.models.hub import pull
 
     return pull(model.hf, model.file)
 
 
 def resolve(spec: str) -> Path:
     """A model argument as the path of a GGUF file (pulling REPO:FILE or a Hub-only catalog model)."""
-    from localspec.hub import cached_files, parse_ref, pull
+    from localspec.models.hub import cached_files, parse_ref, pull
 
     models = catalog()
     if spec in models:

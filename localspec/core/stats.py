@@ -1,0 +1,82 @@
+"""What one generation measured: tokens, passes, drafts, and where the time went."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+_SUMMED = ("prompt_tokens", "prefill_tokens", "completion_tokens", "target_passes", "drafted", "accepted",
+           "prefill_seconds", "wall_seconds", "target_seconds", "draft_seconds")
+
+
+@dataclass
+class Stats:
+    """Counters of one generation (decode time, wall_seconds, excludes prefill).
+
+    load_seconds, time_to_first_token and total_seconds count from the command's start (the frontend
+    fills them in); first_token_seconds counts from the start of the generation (prefill included).
+    """
+
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens actually decoded (the rest was already cached)
+    completion_tokens: int = 0
+    target_passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    prefill_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    target_seconds: float = 0.0  # inside llama_decode during decoding: the target ...
+    draft_seconds: float = 0.0  # ... and the draft model (the rest of wall_seconds is Python)
+    first_token_seconds: float | None = None
+    load_seconds: float | None = None
+    time_to_first_token: float | None = None
+    total_seconds: float | None = None
+    finish_reason: str = "length"
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        return self.completion_tokens / self.target_passes if self.target_passes else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.completion_tokens / self.wall_seconds if self.wall_seconds > 0 else None
+
+    def add(self, other: Stats) -> None:
+        """Accumulate another generation's counters (session totals)."""
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def summary(self) -> str:
+        """One human line: tokens, tok/s, acceptance, tokens per pass, prefill, and the times waited."""
+        parts = [f"{self.completion_tokens} tokens in {self.wall_seconds:.2f} s"]
+        if self.tokens_per_second:
+            parts.append(f"{self.tokens_per_second:.1f} tok/s")
+        if self.acceptance_rate is not None:
+            parts.append(f"acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})")
+        if self.drafted and self.tokens_per_pass:  # plain decoding is one token a pass by definition
+            parts.append(f"{self.tokens_per_pass:.2f} tokens/pass")
+        parts.append(f"prefill {self.prefill_tokens} tokens in {self.prefill_seconds:.2f} s")
+        if self.load_seconds is not None:
+            parts.append(f"load {self.load_seconds:.2f} s")
+        first = self.time_to_first_token if self.time_to_first_token is not None else self.first_token_seconds
+        if first is not None:
+            parts.append(f"first token at {first:.2f} s")
+        if self.total_seconds is not None:
+            parts.append(f"total {self.total_seconds:.2f} s")
+        return " · ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "acceptance_rate": self.acceptance_rate,
+                "tokens_per_pass": self.tokens_per_pass, "tokens_per_second": self.tokens_per_second}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Text of one emitted token; drafted says it was a draft token the target accepted."""
+
+    text: str
+    drafted: bool

@@ -1,0 +1,79 @@
+"""The drafter protocol: one small interface every draft source implements.
+
+A drafter proposes tokens for the target to verify. The planner asks each drafter how long what it
+would propose now is likely to hold (`survival`) and what that costs (`token_seconds`,
+`setup_seconds`), prices every option with the measured verify costs, and asks the winner to
+`draft`. After the target's verdict every drafter `observe`s the round. The speculative loop knows
+no more than this: adding a draft source means writing one subclass and registering it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from localspec.core.sampling import Dist, OneHot, SamplerSettings
+from localspec.drafting.costs import CostModel
+
+
+@dataclass
+class Draft:
+    """Proposed tokens and the distribution q each was drawn from (one-hot for a copy)."""
+
+    tokens: list[int] = field(default_factory=list)
+    q: list[Dist] = field(default_factory=list)
+
+    @classmethod
+    def copied(cls, tokens: Sequence[int]) -> "Draft":
+        """A deterministic proposal: every q is one-hot at its token."""
+        return cls(list(tokens), [OneHot(t) for t in tokens])
+
+
+class Drafter(ABC):
+    """A source of draft tokens (see the module docstring for the protocol)."""
+
+    name: ClassVar[str] = "drafter"
+    max_k: ClassVar[int] = 64  # the longest proposal the planner asks of it
+
+    def start(self, prompt_len: int) -> None:
+        """A new generation begins; its output follows the first prompt_len tokens of the context."""
+
+    def reset(self) -> None:
+        """Forget the context (a new conversation); what was learned about the text may stay."""
+
+    @abstractmethod
+    def survival(self, ctx: list[int], k_max: int) -> list[float]:
+        """S_1..S_n (n <= k_max): the estimated probability that the first j tokens it would propose all
+        hold. Empty when it has nothing to propose now."""
+
+    def token_seconds(self, cost: CostModel) -> float:
+        """Seconds it spends per proposed token (0 for a copy)."""
+        return 0.0
+
+    def setup_seconds(self, ctx: list[int], cost: CostModel) -> float:
+        """One-off seconds before it can propose for ctx (a draft model catching up on the context)."""
+        return 0.0
+
+    def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
+        """Under automatic k, when nothing else wins: a short draft worth trying to refresh stale
+        estimates (0: none)."""
+        return 0
+
+    @abstractmethod
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+        """Propose exactly k tokens to follow ctx (k never exceeds what survival offered, or max_k)."""
+
+    def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
+        """Learn from a finished round: ctx ends with the tokens it emitted, the `accepted` of `drafted`
+        draft tokens first; `by` is the drafter that made the round's draft (None: the target alone)."""
+
+    def rewind(self, n: int) -> None:
+        """The context now holds only its first n tokens (after verification): drop any state past it."""
+
+    @property
+    def seconds(self) -> float:
+        """Seconds spent computing drafts so far (for overhead accounting)."""
+        return 0.0

@@ -1,0 +1,115 @@
+"""Measuring this machine's decode costs (the planner's input), cached per model file and settings.
+
+The cache (costs.json in the user's cache directory) keys the target's verify curve by its file and
+settings, and each draft model's costs under it by the draft's, so whether a draft model can ever
+win here is known before the draft is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from localspec.drafting.costs import CostModel
+from localspec.llama.model import Model
+from localspec.paths import cache_dir
+
+CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
+_FILLER = 220  # a common token; the cost of a decode does not depend on which tokens it holds
+_PREFILL = 64  # tokens of the draft's measured catch-up batch
+
+
+def model_key(path: Path, *, threads: int | None, gpu_layers: int, ctx: int) -> str:
+    """The cache key of a model file loaded with these settings (a changed file is a new key)."""
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|t{threads}|g{gpu_layers}|c{ctx}"
+
+
+def _key(model: Model) -> str:
+    return model_key(model.path, threads=model.n_threads, gpu_layers=model.n_gpu_layers, ctx=model.n_ctx)
+
+
+def _timed(model: Model, n: int, logits: int) -> float:
+    base = len(model.tokens)
+    t0 = time.perf_counter()
+    model.sync(model.tokens + [_FILLER] * n, logits)
+    dt = time.perf_counter() - t0
+    model.trim(base)
+    return dt
+
+
+def _measure_target(target: Model) -> CostModel:
+    _timed(target, 4, 1)  # warm-up
+    sizes = [n for n in CALIBRATION_SIZES if n <= min(target.n_batch, target.n_ctx // 2)]
+    return CostModel({n: min(_timed(target, n, n) for _ in range(2)) for n in sizes})
+
+
+def measure_draft(draft: Model, cost: CostModel) -> None:
+    """Time the draft's one-token decodes and a batched catch-up; store them in cost (at its scale)."""
+    base = list(draft.tokens)
+    draft.sync(base + [_FILLER], 1)
+    t0 = time.perf_counter()
+    for i in range(4):
+        draft.sync(base + [_FILLER] * (i + 2), 1)
+    cost.draft = (time.perf_counter() - t0) / 4 / cost.scale
+    draft.trim(len(base))
+    n = min(_PREFILL, draft.n_batch, draft.n_ctx // 2)
+    cost.draft_prefill = _timed(draft, n, 1) / n / cost.scale
+    draft.trim(len(base))
+
+
+def _store() -> dict[str, Any]:
+    try:
+        data = json.loads((cache_dir() / "costs.json").read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def target_costs(target: Model) -> CostModel:
+    """The target's verify curve here: from the cache, else measured now (a few seconds on a CPU)."""
+    entry = _store().get(_key(target))
+    if entry and entry.get("verify"):
+        return CostModel({int(n): float(s) for n, s in entry["verify"].items()})
+    cost = _measure_target(target)
+    save_costs(target, None, cost)
+    return cost
+
+
+def cached_draft_costs(target: Model, draft_key: str, cost: CostModel) -> bool:
+    """Fill in the cached costs of the draft model `draft_key` next to `target`; False when none are cached."""
+    entry = _store().get(_key(target), {})
+    seconds = entry.get("draft", {}).get(draft_key)
+    if not seconds:
+        return False
+    cost.draft = float(seconds) / cost.scale
+    cost.draft_prefill = float(entry.get("draft_prefill", {}).get(draft_key, seconds)) / cost.scale
+    return True
+
+
+def load_costs(target: Model, draft: Model | None) -> CostModel:
+    """The cost model of this pair here, measuring what the cache does not hold yet."""
+    cost = target_costs(target)
+    if draft is not None and not cached_draft_costs(target, _key(draft), cost):
+        measure_draft(draft, cost)
+        save_costs(target, draft, cost)
+    return cost
+
+
+def save_costs(target: Model, draft: Model | None, cost: CostModel) -> None:
+    """Keep the (running-average) costs for the next run; never fails the caller."""
+    store = _store()
+    entry = store.setdefault(_key(target), {})
+    entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
+    if draft is not None:
+        entry.setdefault("draft", {})[_key(draft)] = cost.draft_token
+        entry.setdefault("draft_prefill", {})[_key(draft)] = cost.draft_prefill_token
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        tmp = cache_dir() / "costs.json.tmp"
+        tmp.write_text(json.dumps(store, indent=1))
+        tmp.replace(cache_dir() / "costs.json")
+    except OSError:
+        pass

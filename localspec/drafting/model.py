@@ -1,0 +1,128 @@
+"""Drafting with a small model of the target's vocabulary: sampled proposals, tracked acceptance.
+
+The draft's KV cache is brought up to date only when it drafts (a catch-up the planner prices in),
+so a generation that never uses it never pays for its prefill.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from localspec.core.sampling import Dist, SamplerSettings, process, sample
+from localspec.drafting.base import Draft, Drafter
+from localspec.drafting.costs import CostModel, amortized, best_k
+
+if TYPE_CHECKING:
+    from localspec.llama.model import Model
+
+PROBE_ALPHA = 0.9  # the acceptance rate a probe hopes for: a good draft on easy text
+
+
+@dataclass
+class Acceptance:
+    """Running estimate of a model draft's per-token acceptance rate alpha (decayed counts)."""
+
+    accepted: float = 4.0
+    rejected: float = 1.0
+    decay: float = 0.95
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.accepted = self.decay * self.accepted + accepted
+            self.rejected = self.decay * self.rejected + (accepted < drafted)
+
+    def survival(self, k_max: int) -> list[float]:
+        a = self.alpha
+        return [a**j for j in range(1, k_max + 1)]
+
+
+def model_can_win(cost: CostModel, *, room: int = 16, setup: float = 0.0) -> bool:
+    """Whether a draft model with these costs would beat the target alone even at PROBE_ALPHA.
+
+    On a CPU, where a batch of k tokens costs nearly k single decodes, it never does: the draft
+    model is then not worth loading at all.
+    """
+    survival = [PROBE_ALPHA**j for j in range(1, min(room, ModelDrafter.max_k) + 1)]
+    k, rate = best_k(survival, cost, cost.draft_token)
+    return k > 0 and amortized(rate, setup, room) > 1.0 / cost.verify_cost(1)
+
+
+class ModelDrafter(Drafter):
+    """Drafts by sampling a small model token by token, keeping each token's distribution q.
+
+    Under automatic k it is re-probed with k = 1 now and then while it loses (backing off), so the
+    choice can switch back when the text gets easier.
+    """
+
+    name = "model"
+    max_k: ClassVar[int] = 16
+
+    def __init__(self, model: Model, n_vocab: int, cost: CostModel | None = None) -> None:
+        self.model, self.n_vocab, self.cost = model, n_vocab, cost
+        self.acceptance = Acceptance()
+        self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
+        self._probing = False
+
+    def reset(self) -> None:
+        self.model.reset()
+
+    def survival(self, ctx: list[int], k_max: int) -> list[float]:
+        return self.acceptance.survival(k_max)
+
+    def token_seconds(self, cost: CostModel) -> float:
+        return cost.draft_token
+
+    def setup_seconds(self, ctx: list[int], cost: CostModel) -> float:
+        cached = self.model.tokens
+        if cached != ctx[: len(cached)]:
+            cached = []  # a different context: llama.cpp keeps the common prefix, the estimate errs high
+        behind = len(ctx) - 1 - len(cached)  # the last token is decoded anyway, as part of the first draft
+        return max(behind, 0) * cost.draft_prefill_token
+
+    def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
+        if self._since < self.probe_every or not model_can_win(cost, room=room, setup=self.setup_seconds(ctx, cost)):
+            return 0
+        self._probing = True
+        return 1
+
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+        out = Draft()
+        for _ in range(k):
+            t0, n0 = time.perf_counter(), self.model.n_decoded
+            logits = self.model.sync(ctx + out.tokens)[-1]  # catches up on ctx first when behind
+            if self.cost is not None and self.model.n_decoded - n0 == 1:
+                self.cost.observe_draft(time.perf_counter() - t0)
+            out.q.append(self._pad(process(logits, sampler)))
+            out.tokens.append(sample(out.q[-1], rng))
+        return out
+
+    def _pad(self, q: Dist) -> Dist:
+        """q over the target's vocabulary: tokens beyond the draft's (padding) get probability 0."""
+        if isinstance(q, np.ndarray) and q.size < self.n_vocab:
+            return np.pad(q, (0, self.n_vocab - q.size))
+        return q
+
+    def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
+        if by is not self:
+            self._since += 1
+            return
+        self.acceptance.observe(drafted, accepted)
+        if self._probing and self.cost is not None:
+            won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_token)[0] > 0
+            self.probe_every = 8 if won else min(2 * self.probe_every, 256)
+        self._probing, self._since = False, 0
+
+    def rewind(self, n: int) -> None:
+        self.model.trim(min(len(self.model.tokens), n))
+
+    @property
+    def seconds(self) -> float:
+        return self.model.decode_seconds

@@ -1,0 +1,64 @@
+"""Choosing each round's draft: which drafter, and how many tokens, from the measured costs.
+
+Under automatic k every drafter's best option is priced in expected tokens per second (its survival
+curve, its per-token cost, a one-off setup amortized over the tokens still to come) against the
+target alone, and the best wins. With a fixed k the first drafter with something to propose drafts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from localspec.drafting.base import Drafter
+from localspec.drafting.costs import CostModel, amortized, best_k
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one round drafts: k tokens from a drafter, or nothing (the target alone)."""
+
+    drafter: Drafter | None
+    k: int
+
+
+NONE = Plan(None, 0)
+
+
+class Planner:
+    """Picks a drafter and k each round; k=None is the cost-aware choice (needs `cost`)."""
+
+    def __init__(self, drafters: Sequence[Drafter], *, k: int | None, cost: CostModel | None) -> None:
+        if k is None and cost is None:
+            raise ValueError("automatic k needs a cost model")
+        self.drafters, self.k, self.cost = list(drafters), k, cost
+
+    def plan(self, ctx: list[int], room: int) -> Plan:
+        """The draft for the next round; room is the most tokens it may propose."""
+        if room <= 0 or self.k == 0:
+            return NONE
+        if self.k is not None:
+            for d in self.drafters:
+                if n := len(d.survival(ctx, min(room, self.k))):
+                    return Plan(d, n)
+            return NONE
+        cost = self.cost
+        assert cost is not None
+        best, rate = NONE, 1.0 / cost.verify_cost(1)
+        for d in self.drafters:
+            survival = d.survival(ctx, min(room, d.max_k))
+            if not survival:
+                continue
+            k, r = best_k(survival, cost, d.token_seconds(cost))
+            if k and (r := amortized(r, d.setup_seconds(ctx, cost), room)) > rate:
+                best, rate = Plan(d, k), r
+        if best is NONE:
+            for d in self.drafters:
+                if k := d.probe(ctx, room, cost):
+                    return Plan(d, k)
+        return best
+
+    def observe(self, ctx: list[int], plan: Plan, accepted: int) -> None:
+        """Every drafter learns from a finished round; ctx already ends with the tokens it emitted."""
+        for d in self.drafters:
+            d.observe(ctx, plan.drafter, plan.k, accepted)

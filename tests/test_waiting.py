@@ -1,0 +1,98 @@
+"""What the user waits for: a draft model costs nothing unless it is used; the times add up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec.core.conversation import Conversation
+from localspec.core.sampling import SamplerSettings
+from localspec.drafting.calibration import model_key
+from localspec.drafting.model import ModelDrafter
+from localspec.runtime import RunConfig, default_threads, draft_model_of, load_engine
+
+from conftest import assert_same_greedy, run_cli
+
+GREEDY = SamplerSettings(temperature=0)
+CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes
+GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0.020}  # nearly flat
+
+
+def _write_costs(cache: Path, target: Path, draft: Path, curve: dict[int, float], draft_token: float) -> None:
+    """A costs.json as calibration would write it for this pair under the default settings."""
+    settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": 4096}
+    dkey = model_key(draft, **settings)
+    entry = {"verify": {str(n): s for n, s in curve.items()}, "draft": {dkey: draft_token},
+             "draft_prefill": {dkey: draft_token / 8}}
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "costs.json").write_text(json.dumps({model_key(target, **settings): entry}))
+
+
+@pytest.mark.slow
+def test_a_draft_model_that_cannot_win_is_never_loaded(target_path: Path, draft_path: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
+    _write_costs(tmp_path, target_path, draft_path, CPU_CURVE, draft_token=0.021)
+    engine = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+    assert draft_model_of(engine) is None and [d.name for d in engine.drafters] == ["ngram"]
+    assert any("not loaded" in note for note in engine.notes)
+    prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
+    text = "".join(p.text for p in engine.generate(prompt, 16))
+    assert text and engine.stats.draft_seconds == 0.0
+
+
+@pytest.mark.slow
+def test_a_draft_model_that_can_win_is_loaded_but_not_prefilled(target_path: Path, draft_path: Path,
+                                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
+    _write_costs(tmp_path, target_path, draft_path, GPU_CURVE, draft_token=0.002)
+    engine = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))
+    draft = draft_model_of(engine)
+    assert draft is not None and not engine.notes
+    # First turn with the target alone: the draft model's cache stays empty.
+    conv = Conversation(engine, max_tokens=40)
+    engine.k = 0
+    first = "".join(p.text for p in conv.reply("Name three prime numbers."))
+    assert first and draft.n_decoded == 0
+    # Second turn under automatic k: the draft catches up late, on the whole conversation, and the
+    # greedy reply is still the target's own.
+    engine.k = None
+    second_prompt = conv._fit({"role": "user", "content": "Now list them in reverse order, one per line."})
+    drafted_before = draft.n_decoded
+    "".join(p.text for p in conv.reply("Now list them in reverse order, one per line."))
+    got = list(engine.completion)
+    assert draft.n_decoded - drafted_before > len(second_prompt) // 2  # its catch-up covered the conversation
+    assert engine.stats.drafted > 0
+    engine.k = 0
+    engine.target.reset()
+    "".join(p.text for p in engine.generate(second_prompt, 40))
+    assert_same_greedy(engine.target, second_prompt, got, list(engine.completion))
+
+
+def test_setup_cost_is_priced_against_the_tokens_left() -> None:
+    """A catch-up of 2,000 tokens is worth paying for a long answer, not for the last few tokens."""
+    from types import SimpleNamespace
+
+    from localspec.drafting.costs import CostModel
+    from localspec.drafting.planner import Planner
+
+    cost = CostModel(dict(GPU_CURVE), draft=0.002, draft_prefill=0.0004)
+    drafter = ModelDrafter(SimpleNamespace(tokens=[]), 151936, cost)  # type: ignore[arg-type]
+    planner = Planner([drafter], k=None, cost=cost)
+    ctx = list(range(2000))
+    assert planner.plan(ctx, room=8).drafter is None
+    assert planner.plan(ctx, room=400).drafter is drafter
+
+
+@pytest.mark.slow
+def test_json_times_add_up(target_path: Path, draft_path: Path) -> None:
+    proc = run_cli("generate", "--json", "--temperature", "0", "-n", "24", "Write a haiku about the sea.")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    load, ttft, total = out["load_seconds"], out["time_to_first_token"], out["total_seconds"]
+    assert 0 < load < ttft <= total
+    assert out["first_token_seconds"] <= ttft
+    parts = load + out["prefill_seconds"] + out["wall_seconds"]
+    assert parts <= total and total - parts < max(0.05 * total, 0.3)  # tokenizing the prompt is the rest
