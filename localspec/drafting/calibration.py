@@ -68,11 +68,25 @@ def _store() -> dict[str, Any]:
         return {}
 
 
+def cached_costs(target_key: str, draft_key: str | None = None) -> CostModel | None:
+    """The cached costs of a target (and a draft model next to it) by their keys; None when not measured yet."""
+    entry = _store().get(target_key)
+    if not entry or not entry.get("verify"):
+        return None
+    cost = CostModel({int(n): float(s) for n, s in entry["verify"].items()})
+    if draft_key is not None:
+        seconds = entry.get("draft", {}).get(draft_key)
+        if not seconds:
+            return None
+        cost.draft = float(seconds)
+        cost.draft_prefill = float(entry.get("draft_prefill", {}).get(draft_key, seconds))
+    return cost
+
+
 def target_costs(target: Model) -> CostModel:
     """The target's verify curve here: from the cache, else measured now (a few seconds on a CPU)."""
-    entry = _store().get(_key(target))
-    if entry and entry.get("verify"):
-        return CostModel({int(n): float(s) for n, s in entry["verify"].items()})
+    if (cost := cached_costs(_key(target))) is not None:
+        return cost
     cost = _measure_target(target)
     save_costs(target, None, cost)
     return cost
@@ -80,12 +94,10 @@ def target_costs(target: Model) -> CostModel:
 
 def cached_draft_costs(target: Model, draft_key: str, cost: CostModel) -> bool:
     """Fill in the cached costs of the draft model `draft_key` next to `target`; False when none are cached."""
-    entry = _store().get(_key(target), {})
-    seconds = entry.get("draft", {}).get(draft_key)
-    if not seconds:
+    cached = cached_costs(_key(target), draft_key)
+    if cached is None:
         return False
-    cost.draft = float(seconds) / cost.scale
-    cost.draft_prefill = float(entry.get("draft_prefill", {}).get(draft_key, seconds)) / cost.scale
+    cost.draft, cost.draft_prefill = cached.draft / cost.scale, cached.draft_prefill / cost.scale
     return True
 
 

@@ -328,7 +328,8 @@ def doctor(
 ) -> None:
     """Check this machine: the llama.cpp build, the models here, the default pair, and their speed."""
     from localspec.models.catalog import default_pair, resolve
-    from localspec.frontends.doctor import build, probe
+    from localspec.frontends.doctor import draft_verdict, probe
+    from localspec.llama.model import build
     from localspec.models.inventory import find_models
     from localspec.llama.model import amx_weights_disabled
     from localspec.runtime import default_threads, gpu_layers
@@ -345,13 +346,14 @@ def doctor(
     for e in entries:
         print(f"  {e.name} ({e.where}): " + (f"{e.info.architecture} {e.info.quantization}, {e.role}" if e.info else e.problem))
     t_model, d_model = default_pair()
+    n_threads = threads or default_threads()
     try:
         t, d = resolve(t_model.name), resolve(d_model.name)
         problem = mismatch(t, d)
         print(f"default pair {t_model.name} + {d_model.name}: {'compatible' if not problem else problem}")
+        print(f"draft model here: {draft_verdict(t, d, n_threads)}")
     except LocalspecError as e:
         print(f"default pair: {e}")
-    n_threads = threads or default_threads()
     for e in [e for e in entries if e.info]:
         r = probe(e.path, seconds=seconds, threads=n_threads, gpu_layers=gpu_layers(-1))
         print(f"speed {e.name}: {r.tokens_per_second:.1f} tok/s one token at a time; a 32-token batch costs "

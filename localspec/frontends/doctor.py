@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp
-
+from localspec.drafting.calibration import cached_costs, model_key
+from localspec.drafting.model import PROBE_ALPHA, model_can_win
 from localspec.llama.model import Model, gpu_offload_supported
-
-
-@dataclass
-class Build:
-    """What this llama-cpp-python build can do."""
-
-    version: str
-    system_info: str
-    gpu_offload: bool
-
-    @property
-    def backends(self) -> list[str]:
-        """Backends named in llama.cpp's system info (CPU always; CUDA, Metal, Vulkan … when built in)."""
-        names = re.findall(r"(?:^|\| )([A-Za-z][\w-]*) : ", self.system_info)
-        return list(dict.fromkeys(names)) or ["CPU"]
-
-
-def build() -> Build:
-    """This process's llama.cpp build."""
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
-    return Build(llama_cpp.__version__, info, gpu_offload_supported())
 
 
 @dataclass
@@ -63,3 +41,16 @@ def probe(path: Path, *, seconds: float = 3.0, threads: int | None = None, gpu_l
     t1 = time.perf_counter()
     model.sync(tokens, 32)
     return Probe(n / elapsed, time.perf_counter() - t1, elapsed / n)
+
+
+def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
+    """Whether `generate` loads the draft model here, from the measured costs (default settings)."""
+    layers = 999 if gpu_offload_supported() else 0
+    cost = cached_costs(model_key(target, threads=threads, gpu_layers=layers, ctx=ctx),
+                        model_key(draft, threads=threads, gpu_layers=layers, ctx=ctx))
+    if cost is None:
+        return "not measured yet (the first `localspec generate` measures it)"
+    ratio = f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"
+    if model_can_win(cost):
+        return f"used where it wins ({ratio}); its cache catches up only when it drafts"
+    return f"not loaded: it cannot beat the target alone here even at {PROBE_ALPHA:.0%} acceptance ({ratio})"

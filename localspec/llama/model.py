@@ -8,7 +8,9 @@ positions only: there is never an n_ctx x n_vocab logits buffer.
 from __future__ import annotations
 
 import ctypes
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
@@ -24,6 +26,27 @@ def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 
 llama_cpp.llama_log_set(_quiet_log, ctypes.c_void_p())
+
+
+@dataclass
+class Build:
+    """What this llama-cpp-python build can do."""
+
+    version: str
+    system_info: str
+    gpu_offload: bool
+
+    @property
+    def backends(self) -> list[str]:
+        """Backends named in llama.cpp's system info (CPU always; CUDA, Metal, Vulkan … when built in)."""
+        names = re.findall(r"(?:^|\| )([A-Za-z][\w-]*) : ", self.system_info)
+        return list(dict.fromkeys(names)) or ["CPU"]
+
+
+def build() -> Build:
+    """This process's llama.cpp build."""
+    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+    return Build(llama_cpp.__version__, info, gpu_offload_supported())
 
 
 class ContextFull(LocalspecError):

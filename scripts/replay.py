@@ -1,0 +1,113 @@
+"""Replay recorded greedy answers through the drafters against a measured cost curve (no model needed).
+
+The copier's priors (`_PRIOR_COPIED` in localspec/drafting/copier.py) and the planner are tuned this
+way: a change is judged by the decode speedup it would have given on real answers, in seconds, not
+by a rerun of the models. Two steps:
+
+    python scripts/replay.py record scripts/replay-answers.json   # greedy target-alone answers (loads the target)
+    python scripts/replay.py replay scripts/replay-answers.json   # the estimate, per prompt (pure Python)
+
+`record` stores each bench prompt's tokens, the target's greedy answer and this machine's measured
+verify curve; `replay` walks each answer the way the engine would: the planner picks a draft, the
+longest prefix that matches the answer is accepted plus one token, and the round is priced with the
+recorded curve. --curve FILE replays against another curve (a costs.json entry's "verify" mapping).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from localspec.drafting.copier import LineJoin, NgramDrafter
+from localspec.drafting.costs import CostModel
+from localspec.drafting.planner import Planner
+
+
+def record(out: Path, max_tokens: int) -> None:
+    """Greedy answers of the built-in bench prompts, with the tokenizer's pieces the line-joiner needs."""
+    from localspec.core.engine import Engine
+    from localspec.core.sampling import SamplerSettings
+    from localspec.drafting.calibration import target_costs
+    from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
+    from localspec.llama.template import chat_tokens
+    from localspec.runtime import RunConfig, load_models
+
+    target, _ = load_models(RunConfig(no_draft=True))
+    cost = target_costs(target)
+    rows = []
+    for p in BUILTIN_PROMPTS:
+        prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
+        engine = Engine(target, [], SamplerSettings(temperature=0), 0, seed=0)
+        "".join(piece.text for piece in engine.generate(prompt, max_tokens))
+        rows.append({"task": p["task"], "prompt": prompt, "answer": list(engine.completion)})
+        print(f"{p['task']}: {len(prompt)} prompt tokens, {len(engine.completion)} answer tokens", flush=True)
+    used = {t for r in rows for t in r["prompt"] + r["answer"]}
+    pieces = {str(t): target.piece(t).decode("latin-1") for t in used}
+    # the line-joiner tokenizes joined words: keep the tokenizations it asked for while recording
+    joins: dict[str, list[int]] = {}
+    for r in rows:
+        join = LineJoin(target.piece, target.tokenize)
+        ctx = r["prompt"]
+        for i in range(len(ctx)):
+            if (hit := join(ctx[i:i + LineJoin.MAX_WORD + 1])) is not None:
+                text = (target.piece(ctx[i])[:-1] + b" " + b"".join(target.piece(t) for t in ctx[i + 1:i + hit[0]]))
+                joins[text.decode("latin-1")] = list(hit[1])
+    out.write_text(json.dumps({"verify": cost.curve(), "pieces": pieces, "joins": joins, "answers": rows}))
+
+
+def replay(path: Path, curve: Path | None) -> None:
+    """The estimated decode speedup of the copier on each recorded answer."""
+    data = json.loads(path.read_text())
+    verify = json.loads(curve.read_text()) if curve else data["verify"]
+    cost = CostModel({int(n): float(s) for n, s in verify.items()})
+    pieces = {int(t): p.encode("latin-1") for t, p in data["pieces"].items()}
+    joins = {text.encode("latin-1"): tokens for text, tokens in data["joins"].items()}
+
+    def tokenize(text: str) -> list[int]:
+        return joins.get(text.encode("utf-8", "surrogatepass"), [-1])  # an unknown join never matches
+
+    total_plain = total_spec = 0.0
+    print(f"{'task':14} {'tokens':>6} {'passes':>6} {'drafted':>7} {'accepted':>8} {'decode ×':>8}")
+    for row in data["answers"]:
+        drafter = NgramDrafter(LineJoin(lambda t: pieces.get(t, b"?"), tokenize))
+        planner = Planner([drafter], k=None, cost=cost)
+        prompt, answer = row["prompt"], row["answer"]
+        drafter.start(len(prompt))
+        ctx, i, seconds, passes, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
+        while i < len(answer):
+            plan = planner.plan(ctx, len(answer) - i - 1)
+            proposal = drafter.draft(ctx, plan.k, None, None).tokens if plan.drafter else []  # type: ignore[arg-type]
+            n = 0
+            while n < len(proposal) and proposal[n] == answer[i + n]:
+                n += 1
+            emitted = answer[i:i + n + 1]
+            ctx += emitted
+            i += len(emitted)
+            seconds += cost.verify_cost(len(proposal) + 1)
+            passes, drafted, accepted = passes + 1, drafted + len(proposal), accepted + n
+            planner.observe(ctx, plan, n)
+        plain = len(answer) * cost.verify_cost(1)
+        total_plain, total_spec = total_plain + plain, total_spec + seconds
+        print(f"{row['task']:14} {len(answer):6} {passes:6} {drafted:7} {accepted:8} {plain / seconds:8.2f}")
+    print(f"{'all':14} {'':6} {'':6} {'':7} {'':8} {total_plain / total_spec:8.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="record greedy answers (loads the target)")
+    rec.add_argument("out", type=Path)
+    rec.add_argument("-n", "--max-tokens", type=int, default=400)
+    rep = sub.add_parser("replay", help="replay recorded answers through the copier")
+    rep.add_argument("answers", type=Path)
+    rep.add_argument("--curve", type=Path, help="a JSON mapping of batch size to verify seconds")
+    args = parser.parse_args()
+    if args.command == "record":
+        record(args.out, args.max_tokens)
+    else:
+        replay(args.answers, args.curve)
+
+
+if __name__ == "__main__":
+    main()
