@@ -45,7 +45,7 @@ def _entry(name: str, path: Path, where: str, **kw) -> Entry:
 
 
 def _vocab_key(info: GGUFInfo) -> int:
-    return hash(tuple(info.tokens or ()))
+    return hash(info.tokens_raw or b"")
 
 
 def _assign_roles(entries: list[Entry]) -> None:
@@ -61,7 +61,7 @@ def _assign_roles(entries: list[Entry]) -> None:
             roles.append("draft")
         e.role = " / ".join(roles) or "target (no draft here shares its vocabulary; --draft ngram)"
     for e in ok:
-        e.info.tokens = None  # done with them: keep the listing light
+        e.info.tokens_raw = None  # done with them: keep the listing light
     for e in entries:
         e.role = e.role or "unusable"
 
