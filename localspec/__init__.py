@@ -1,7 +1,34 @@
-"""localspec: lossless speculative decoding for local GGUF models."""
+"""localspec: lossless speculative decoding for local GGUF models.
+
+The public API is `LocalSpec` (load a pair once, generate from prompts or chat messages) and the
+`Generation` it returns; see localspec.api.
+"""
+
+from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
-STARTED_AT = time.perf_counter()  # when the process began, as near as Python code can see: time to first token counts from here
+STARTED_AT = (
+    time.perf_counter()
+)  # when the process began, as near as Python can see: time to first token counts from here
 
 __version__ = "0.1.0"
+__all__ = ["Generation", "LocalSpec", "Piece", "Stats", "__version__"]
+
+if TYPE_CHECKING:
+    from localspec.api import Generation, LocalSpec
+    from localspec.core.stats import Piece, Stats
+
+
+def __getattr__(name: str) -> Any:
+    """Import the API on first use: `localspec --help` need not load llama.cpp."""
+    if name in ("LocalSpec", "Generation"):
+        from localspec import api
+
+        return getattr(api, name)
+    if name in ("Piece", "Stats"):
+        from localspec.core import stats
+
+        return getattr(stats, name)
+    raise AttributeError(f"module 'localspec' has no attribute {name!r}")

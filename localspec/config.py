@@ -12,35 +12,12 @@ import sys
 from pathlib import Path
 
 from localspec.errors import LocalspecError
-from localspec.limits import check
+from localspec.settings import COMMANDS, CONFIG_KEYS, SETTINGS
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-MODELS = ("target", "draft")
-SAMPLING = ("k", "temperature", "top_k", "top_p", "min_p")
-HARDWARE = ("gpu_layers", "draft_gpu_layers", "threads", "ctx", "flash_attn")
-KEYS = MODELS + SAMPLING + HARDWARE
-# Which commands each kind of setting reaches (bench keeps its own greedy sampler unless told).
-COMMANDS = {"generate": KEYS, "chat": KEYS, "bench": MODELS + HARDWARE}
-ENV = {"target": "LOCALSPEC_TARGET", "draft": "LOCALSPEC_DRAFT"}
-
-EXAMPLE = """\
-# localspec config: every key is optional; flags and LOCALSPEC_TARGET / LOCALSPEC_DRAFT win over it.
-target = "qwen2.5-coder-1.5b-instruct"   # a path, a catalog name, a pulled model or REPO:FILE
-draft = "auto"                           # auto, ngram, or a draft model
-k = "auto"                               # or a number 0-64
-temperature = 0.8
-top_k = 40
-top_p = 0.95
-min_p = 0.05
-gpu_layers = -1                          # -1: all layers when the build can offload
-draft_gpu_layers = -1
-ctx = 4096
-flash_attn = false
-"""
 
 
 def config_path() -> Path:
@@ -52,28 +29,10 @@ def config_path() -> Path:
 
 
 def _valid(path: Path, key: str, value: object) -> object:
-    def bad(why: str) -> LocalspecError:
-        return LocalspecError(f"{path}: {key} = {value!r}: {why}")
-
-    if key in MODELS:
-        if not isinstance(value, str) or not value:
-            raise bad("must be a non-empty string")
-    elif key == "flash_attn":
-        if not isinstance(value, bool):
-            raise bad("must be true or false")
-    elif key == "k" and value == "auto":
-        pass
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise bad("must be a number" + (" or \"auto\"" if key == "k" else ""))
-    else:
-        limit = "gpu_layers" if key == "draft_gpu_layers" else key
-        if key in ("k", "top_k", "threads", "ctx", "gpu_layers", "draft_gpu_layers") and not float(value).is_integer():
-            raise bad("must be a whole number")
-        try:
-            check(limit, float(value))
-        except ValueError as e:
-            raise bad(str(e)) from None
-    return value
+    try:
+        return SETTINGS[key].check(value)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise LocalspecError(f"{path}: {key} = {value!r}: {e}") from None
 
 
 def load_config(path: Path | None = None) -> dict[str, object]:
@@ -87,9 +46,25 @@ def load_config(path: Path | None = None) -> dict[str, object]:
         raise LocalspecError(f"cannot read the config file {path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise LocalspecError(f"{path}: not valid TOML ({e})") from None
-    if unknown := sorted(set(data) - set(KEYS)):
-        raise LocalspecError(f"{path}: unknown setting(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
+    if unknown := sorted(set(data) - set(CONFIG_KEYS)):
+        raise LocalspecError(f"{path}: unknown setting(s) {', '.join(unknown)} (known: {', '.join(CONFIG_KEYS)})")
     return {key: _valid(path, key, value) for key, value in data.items()}
+
+
+def effective() -> list[tuple[str, object, str]]:
+    """(name, value, where it comes from) of every config setting: environment, config file or default."""
+    path = config_path()
+    settings = load_config(path)
+    rows: list[tuple[str, object, str]] = []
+    for key in CONFIG_KEYS:
+        setting = SETTINGS[key]
+        if setting.env and os.environ.get(setting.env):
+            rows.append((key, os.environ[setting.env], f"environment {setting.env}"))
+        elif key in settings:
+            rows.append((key, settings[key], "config file"))
+        else:
+            rows.append((key, setting.shown if setting.default is None else setting.default, "default"))
+    return rows
 
 
 def default_map(settings: dict[str, object]) -> dict[str, dict[str, object]]:

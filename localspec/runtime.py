@@ -7,16 +7,16 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.models.catalog import default_pair, resolve
 from localspec.core.engine import Engine
-from localspec.drafting.base import Drafter
+from localspec.core.sampling import SamplerSettings
+from localspec.drafting.base import REGISTRY, Drafter
 from localspec.drafting.calibration import cached_draft_costs, measure_draft, model_key, save_costs, target_costs
-from localspec.drafting.costs import CostModel
 from localspec.drafting.copier import LineJoin, NgramDrafter
+from localspec.drafting.costs import CostModel
 from localspec.drafting.model import PROBE_ALPHA, ModelDrafter, model_can_win
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, gpu_offload_supported
-from localspec.core.sampling import SamplerSettings
+from localspec.models.catalog import default_pair, resolve
 from localspec.models.vocab import mismatch
 
 
@@ -49,6 +49,7 @@ class RunConfig:
     gpu_layers: int = -1
     draft_gpu_layers: int = -1
     flash_attn: bool = False
+    drafters: tuple[str, ...] = ()  # registered drafters (localspec.drafting.base.register), tried first
 
     @property
     def target_alone(self) -> bool:
@@ -81,8 +82,13 @@ def check_pair(target_path: Path, draft_path: Path | None) -> None:
 
 
 def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
-    return Model(path, n_ctx=cfg.ctx, n_threads=cfg.threads or default_threads(), n_gpu_layers=gpu_layers(layers),
-                 flash_attn=cfg.flash_attn)
+    return Model(
+        path,
+        n_ctx=cfg.ctx,
+        n_threads=cfg.threads or default_threads(),
+        n_gpu_layers=gpu_layers(layers),
+        flash_attn=cfg.flash_attn,
+    )
 
 
 def load_engine(cfg: RunConfig) -> Engine:
@@ -110,20 +116,24 @@ def load_engine(cfg: RunConfig) -> Engine:
             draft = draft or _load(cfg, draft_path, cfg.draft_gpu_layers)
         else:
             draft = None
-            notes.append(f"draft model {draft_path.name} not loaded: here it cannot beat the target alone even at "
-                         f"{PROBE_ALPHA:.0%} acceptance (a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} "
-                         f"target decodes)")
+            notes.append(
+                f"draft model {draft_path.name} not loaded: here it cannot beat the target alone even at "
+                f"{PROBE_ALPHA:.0%} acceptance (a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} "
+                f"target decodes)"
+            )
     elif draft_path is not None:
         draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
-    drafters = make_drafters(target, draft, ngram=not cfg.target_alone and (cfg.ngram or cfg.draft == "ngram"),
-                             cost=cost)
+    drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
+        target, draft, ngram=not cfg.target_alone and (cfg.ngram or cfg.draft == "ngram"), cost=cost
+    )
     engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, cfg.resolved_seed(), cost=cost)
     engine.notes = notes
     return engine
 
 
-def make_drafters(target: Model, draft: Model | None = None, *, ngram: bool = False,
-                  cost: CostModel | None = None) -> list[Drafter]:
+def make_drafters(
+    target: Model, draft: Model | None = None, *, ngram: bool = False, cost: CostModel | None = None
+) -> list[Drafter]:
     """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model."""
     drafters: list[Drafter] = []
     if ngram:
@@ -131,6 +141,12 @@ def make_drafters(target: Model, draft: Model | None = None, *, ngram: bool = Fa
     if draft is not None:
         drafters.append(ModelDrafter(draft, target.n_vocab, cost))
     return drafters
+
+
+def _registered(name: str, target: Model) -> Drafter:
+    if name not in REGISTRY:
+        raise LocalspecError(f"no drafter registered as {name!r} (registered: {', '.join(REGISTRY) or 'none'})")
+    return REGISTRY[name](target)
 
 
 def draft_model_of(engine: Engine) -> Model | None:

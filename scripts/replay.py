@@ -50,14 +50,14 @@ def record(out: Path, max_tokens: int) -> None:
         join = LineJoin(target.piece, target.tokenize)
         ctx = r["prompt"]
         for i in range(len(ctx)):
-            if (hit := join(ctx[i:i + LineJoin.MAX_WORD + 1])) is not None:
-                text = (target.piece(ctx[i])[:-1] + b" " + b"".join(target.piece(t) for t in ctx[i + 1:i + hit[0]]))
+            if (hit := join(ctx[i : i + LineJoin.MAX_WORD + 1])) is not None:
+                text = target.piece(ctx[i])[:-1] + b" " + b"".join(target.piece(t) for t in ctx[i + 1 : i + hit[0]])
                 joins[text.decode("latin-1")] = list(hit[1])
     out.write_text(json.dumps({"verify": cost.curve(), "pieces": pieces, "joins": joins, "answers": rows}))
 
 
-def replay(path: Path, curve: Path | None) -> None:
-    """The estimated decode speedup of the copier on each recorded answer."""
+def replay(path: Path, curve: Path | None = None) -> list[dict[str, float | int | str]]:
+    """The copier on each recorded answer: passes, drafted and accepted tokens, and the decode speedup."""
     data = json.loads(path.read_text())
     verify = json.loads(curve.read_text()) if curve else data["verify"]
     cost = CostModel({int(n): float(s) for n, s in verify.items()})
@@ -67,8 +67,7 @@ def replay(path: Path, curve: Path | None) -> None:
     def tokenize(text: str) -> list[int]:
         return joins.get(text.encode("utf-8", "surrogatepass"), [-1])  # an unknown join never matches
 
-    total_plain = total_spec = 0.0
-    print(f"{'task':14} {'tokens':>6} {'passes':>6} {'drafted':>7} {'accepted':>8} {'decode ×':>8}")
+    results = []
     for row in data["answers"]:
         drafter = NgramDrafter(LineJoin(lambda t: pieces.get(t, b"?"), tokenize))
         planner = Planner([drafter], k=None, cost=cost)
@@ -77,20 +76,39 @@ def replay(path: Path, curve: Path | None) -> None:
         ctx, i, seconds, passes, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
         while i < len(answer):
             plan = planner.plan(ctx, len(answer) - i - 1)
-            proposal = drafter.draft(ctx, plan.k, None, None).tokens if plan.drafter else []  # type: ignore[arg-type]
+            proposal = drafter.propose(ctx, plan.k) if plan.drafter else []
             n = 0
             while n < len(proposal) and proposal[n] == answer[i + n]:
                 n += 1
-            emitted = answer[i:i + n + 1]
+            emitted = answer[i : i + n + 1]
             ctx += emitted
             i += len(emitted)
             seconds += cost.verify_cost(len(proposal) + 1)
             passes, drafted, accepted = passes + 1, drafted + len(proposal), accepted + n
             planner.observe(ctx, plan, n)
-        plain = len(answer) * cost.verify_cost(1)
-        total_plain, total_spec = total_plain + plain, total_spec + seconds
-        print(f"{row['task']:14} {len(answer):6} {passes:6} {drafted:7} {accepted:8} {plain / seconds:8.2f}")
-    print(f"{'all':14} {'':6} {'':6} {'':7} {'':8} {total_plain / total_spec:8.2f}")
+        results.append(
+            {
+                "task": row["task"],
+                "tokens": len(answer),
+                "passes": passes,
+                "drafted": drafted,
+                "accepted": accepted,
+                "plain_seconds": len(answer) * cost.verify_cost(1),
+                "seconds": seconds,
+            }
+        )
+    return results
+
+
+def report(results: list[dict[str, float | int | str]]) -> None:
+    print(f"{'task':14} {'tokens':>6} {'passes':>6} {'drafted':>7} {'accepted':>8} {'decode ×':>8}")
+    for r in results:
+        print(
+            f"{r['task']:14} {r['tokens']:6} {r['passes']:6} {r['drafted']:7} {r['accepted']:8} "
+            f"{float(r['plain_seconds']) / float(r['seconds']):8.2f}"
+        )
+    plain, spec = (sum(float(r[key]) for r in results) for key in ("plain_seconds", "seconds"))
+    print(f"{'all':14} {'':6} {'':6} {'':7} {'':8} {plain / spec:8.2f}")
 
 
 def main() -> None:
@@ -106,7 +124,7 @@ def main() -> None:
     if args.command == "record":
         record(args.out, args.max_tokens)
     else:
-        replay(args.answers, args.curve)
+        report(replay(args.answers, args.curve))
 
 
 if __name__ == "__main__":

@@ -6,14 +6,15 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from localspec.llama.model import Model
 from localspec.models.catalog import catalog, models_dir
 from localspec.models.install import install
-from localspec.llama.model import Model
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"
@@ -23,6 +24,41 @@ OTHER_VOCAB = "gemma-3-270m"
 # would every localspec it starts: the Ctrl-C tests would see nothing. Restore Python's own handling.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+MODEL_FIXTURES = {"target_path", "draft_path", "gemma_path", "target", "draft", "reference", "bad_files"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs a GGUF model is in the slow tier (`-m "not slow"` runs the rest)."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point every user directory at a temporary folder: no test reads or writes the user's own files.
+
+    One folder for the whole session, so the decode costs are measured once. The models stay where
+    they are installed (the checkout's models/ unless LOCALSPEC_MODELS_DIR says otherwise).
+    """
+    home = tmp_path_factory.mktemp("user")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCALSPEC_MODELS_DIR", str(models_dir()))
+        for var, sub in [
+            ("LOCALSPEC_CACHE_DIR", "cache"),
+            ("LOCALSPEC_DATA_DIR", "data"),
+            ("XDG_CACHE_HOME", "xdg-cache"),
+            ("XDG_DATA_HOME", "xdg-data"),
+            ("XDG_CONFIG_HOME", "xdg-config"),
+            ("HF_HOME", "hf"),
+        ]:
+            mp.setenv(var, str(home / sub))
+        mp.setenv("LOCALSPEC_CONFIG", str(home / "no-config.toml"))
+        for var in ("LOCALSPEC_TARGET", "LOCALSPEC_DRAFT", "LOCALSPEC_API_KEY", "HF_HUB_CACHE", "HF_TOKEN"):
+            mp.delenv(var, raising=False)
+        yield home
 
 
 def model_path(name: str) -> Path:
@@ -55,14 +91,17 @@ def draft(draft_path: Path) -> Model:
     return Model(draft_path, n_ctx=2048)
 
 
-def run_cli(*args: str, input: bytes | None = None, timeout: float = 600,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, input: bytes | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run the real `localspec` command in a subprocess (bytes in, text out; env adds variables)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "localspec", *args], input=input, capture_output=True,
-                          timeout=timeout, env=env)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                                       proc.stderr.decode("utf-8", "replace"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "localspec", *args], input=input, capture_output=True, timeout=timeout, env=env
+    )
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -80,7 +119,7 @@ def assert_same_greedy(target: Model, prompt: list[int], got: list[int], want: l
     """Equal token for token, or the first difference is a near tie of the target's own logits there."""
     if got == want:
         return
-    i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
     logits = target.sync(prompt + want[:i], 1)[0]
     top2 = np.sort(logits)[-2:]
     gap = float(top2[1] - top2[0])

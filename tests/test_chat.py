@@ -10,30 +10,37 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import assert_same_greedy
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from localspec.core.conversation import Conversation
 from localspec.core.engine import Engine
-from localspec.llama.model import Model
-from localspec.frontends.chat import DRAFT_COLOR, Repl
 from localspec.core.sampling import SamplerSettings
+from localspec.frontends.chat import DRAFT_COLOR, Repl
+from localspec.llama.model import Model
 from localspec.runtime import make_drafters
-
-from conftest import assert_same_greedy
 
 GREEDY = SamplerSettings(temperature=0)
 
 
-def drive(conv: Conversation, keys: str, *, color: bool = False, history: Path | None = None,
-          autosave: Path | None = None, interrupt_after: float | None = None) -> str:
+def drive(
+    conv: Conversation,
+    keys: str,
+    *,
+    color: bool = False,
+    history: Path | None = None,
+    autosave: Path | None = None,
+    interrupt_after: float | None = None,
+) -> str:
     """Type `keys` into a real Repl (\\r is Enter, \\x03 is Ctrl-C); return what it printed."""
     out = io.StringIO()
     timer = threading.Timer(interrupt_after, os.kill, (os.getpid(), signal.SIGINT)) if interrupt_after else None
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
-        repl = Repl(conv, out=out, color=color, history=history, autosave=autosave, pt_input=pipe,
-                    pt_output=DummyOutput())
+        repl = Repl(
+            conv, out=out, color=color, history=history, autosave=autosave, pt_input=pipe, pt_output=DummyOutput()
+        )
         if timer:
             timer.start()
         try:
@@ -59,7 +66,9 @@ def test_second_turn_prefills_only_its_new_tokens(conv: Conversation) -> None:
     drive(conv, "And 3 + 3?\r/exit\r")
     second = conv._rendered(conv.messages[:-1])
     assert second[: len(first) + len(reply)] == first + reply  # the history renders as the same tokens
-    reused = next((i for i, (a, b) in enumerate(zip(cached, second)) if a != b), min(len(cached), len(second)))
+    reused = next(
+        (i for i, (a, b) in enumerate(zip(cached, second, strict=False)) if a != b), min(len(cached), len(second))
+    )
     assert reused >= len(first) + len(reply) - 1  # the whole history was still in the cache ...
     assert conv.engine.stats.prefill_tokens == len(second) - reused  # ... and only the rest was decoded
     assert conv.engine.stats.prefill_tokens <= len(second) - len(first) - len(reply) + 1
@@ -71,7 +80,9 @@ def test_greedy_replies_equal_target_alone(target: Model, draft: Model) -> None:
     for k in (4, 0):
         target.reset()
         draft.reset()
-        conv = Conversation(Engine(target, make_drafters(target, draft if k else None), GREEDY, k, seed=0), max_tokens=48)
+        conv = Conversation(
+            Engine(target, make_drafters(target, draft if k else None), GREEDY, k, seed=0), max_tokens=48
+        )
         drive(conv, "".join(t + "\r" for t in turns) + "/exit\r")
         replies[k] = conv
     spec, base = replies[4], replies[0]
@@ -85,8 +96,9 @@ def test_greedy_replies_equal_target_alone(target: Model, draft: Model) -> None:
 def test_ctrl_c_mid_reply_keeps_partial_reply_and_repl(conv: Conversation, tmp_path: Path) -> None:
     conv.max_tokens = 400
     saved = tmp_path / "conv.json"
-    out = drive(conv, f"Write a long essay about the history of the ocean.\r/save {saved}\r/exit\r",
-                interrupt_after=4.0)
+    out = drive(
+        conv, f"Write a long essay about the history of the ocean.\r/save {saved}\r/exit\r", interrupt_after=4.0
+    )
     assert "[interrupted]" in out and f"saved {saved}" in out
     data = json.loads(saved.read_text())
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
@@ -114,26 +126,10 @@ def test_save_then_load_round_trips(conv: Conversation, target: Model, draft: Mo
     assert other.engine.stats.prefill_tokens < 20  # ... so the next turn decodes only its own tokens
 
 
-@pytest.mark.parametrize("line,expect", [
-    ("/set k 8", "k = 8"), ("/set temperature 0.5", "temperature = 0.5"), ("/set top_p 0.9", "top_p = 0.9"),
-    ("/set top_k 10", "top_k = 10"), ("/set min_p 0.1", "min_p = 0.1"), ("/set max_tokens 16", "max_tokens = 16"),
-    ("/set seed 42", "seed = 42"),
-    ("/set k -1", "error: k"), ("/set k 65", "error: k"), ("/set k x", "error: k"),
-    ("/set temperature nan", "error: temperature"), ("/set top_p 0", "error: top_p"),
-    ("/set top_k -3", "error: top_k"), ("/set min_p 2", "error: min_p"), ("/set max_tokens 0", "error: max_tokens"),
-    ("/set seed -5", "error: seed"), ("/set volume 3", "error: cannot set"), ("/set k", "error: usage"),
-    ("/color maybe", "error: usage"), ("/save", "error: usage"), ("/load", "error: usage"),
-    ("/load /nonexistent/x.json", "error: cannot read"), ("/system", "error: usage"),
-    ("/frobnicate", "error: unknown command"), ("/help", "/set NAME VALUE"), ("/stats", "last reply: none yet"),
-])
-def test_slash_commands(conv: Conversation, line: str, expect: str) -> None:
-    out = drive(conv, f"{line}\r/exit\r")
-    assert expect in out
-
-
-def test_set_changes_the_engine(conv: Conversation) -> None:
-    drive(conv, "/set k 6\r/set temperature 0.7\r/set top_k 5\r/set top_p 0.5\r/set min_p 0.2\r"
-                "/set max_tokens 7\r/exit\r")
+def test_set_changes_the_engine_for_real(conv: Conversation) -> None:
+    drive(
+        conv, "/set k 6\r/set temperature 0.7\r/set top_k 5\r/set top_p 0.5\r/set min_p 0.2\r/set max_tokens 7\r/exit\r"
+    )
     e = conv.engine
     assert e.k == 6 and conv.max_tokens == 7
     assert (e.sampler.temperature, e.sampler.top_k, e.sampler.top_p, e.sampler.min_p) == (0.7, 5, 0.5, 0.2)

@@ -7,15 +7,34 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_cli
 
 from localspec.frontends.bench import LOOKUP
 
-from conftest import run_cli
-
-JSON_FIELDS = {"text", "prompt_tokens", "completion_tokens", "target_passes", "drafted", "accepted",
-               "acceptance_rate", "tokens_per_pass", "prefill_seconds", "wall_seconds", "tokens_per_second",
-               "finish_reason", "k", "temperature", "seed", "target", "draft", "notes", "load_seconds",
-               "time_to_first_token", "total_seconds", "first_token_seconds"}
+JSON_FIELDS = {
+    "text",
+    "prompt_tokens",
+    "completion_tokens",
+    "target_passes",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "tokens_per_pass",
+    "prefill_seconds",
+    "wall_seconds",
+    "tokens_per_second",
+    "finish_reason",
+    "k",
+    "temperature",
+    "seed",
+    "target",
+    "draft",
+    "notes",
+    "load_seconds",
+    "time_to_first_token",
+    "total_seconds",
+    "first_token_seconds",
+}
 
 
 def _json(*args: str, input: bytes | None = None) -> dict:
@@ -26,7 +45,7 @@ def _json(*args: str, input: bytes | None = None) -> dict:
 
 def test_generate_json_record(target_path, draft_path) -> None:
     out = _json("Write a haiku about rivers.", "-n", "40", "--seed", "7")
-    assert JSON_FIELDS <= out.keys()
+    assert out.keys() >= JSON_FIELDS
     assert out["text"].strip() and out["seed"] == 7 and out["k"] == "auto"
     assert out["accepted"] <= out["drafted"]
     assert out["completion_tokens"] <= out["accepted"] + out["target_passes"]
@@ -71,13 +90,10 @@ def test_vocabulary_mismatch_refused(target_path, gemma_path) -> None:
     assert "vocabulary" in proc.stderr and str(gemma_path) in proc.stderr
 
 
-@pytest.mark.parametrize("flag,value", [("--k", "-1"), ("--k", "1000"), ("--temperature", "nan"),
-                                        ("--top-p", "0"), ("--min-p", "2"), ("--max-tokens", "0"),
-                                        ("--ctx", "1"), ("--threads", "0"), ("--temperature", "inf")])
-def test_bad_flag_values_are_usage_errors(flag: str, value: str) -> None:
-    proc = run_cli("generate", "hello", flag, value)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert flag in proc.stderr
+def test_a_bad_flag_value_is_a_usage_error_from_the_real_command() -> None:
+    """Through main() in a subprocess (tests/test_settings.py covers each flag in process)."""
+    proc = run_cli("generate", "hello", "--temperature", "nan")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--temperature" in proc.stderr
 
 
 def test_missing_model_file() -> None:
@@ -94,11 +110,13 @@ def test_models_install_is_a_noop_when_verified(target_path, draft_path) -> None
 
 def test_peak_rss_of_256_token_generate(target_path, draft_path) -> None:
     """No n_ctx x n_vocab logits buffer: peak RSS stays under the two model files plus 600 MB."""
-    probe = ("import resource, subprocess, sys;"
-             "subprocess.run([sys.executable, '-m', 'localspec', 'generate', '--raw', '--json', '-n', '256',"
-             " '--temperature', '0', 'import os\\n\\n# A long Python module with many helper functions\\n'],"
-             " check=True, stdout=subprocess.DEVNULL);"
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)")
+    probe = (
+        "import resource, subprocess, sys;"
+        "subprocess.run([sys.executable, '-m', 'localspec', 'generate', '--raw', '--json', '-n', '256',"
+        " '--temperature', '0', 'import os\\n\\n# A long Python module with many helper functions\\n'],"
+        " check=True, stdout=subprocess.DEVNULL);"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)"
+    )
     peak = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
     limit = target_path.stat().st_size + draft_path.stat().st_size + 600 * 2**20
     print(f"peak RSS {peak / 2**20:.0f} MiB, limit {limit / 2**20:.0f} MiB")
@@ -107,11 +125,13 @@ def test_peak_rss_of_256_token_generate(target_path, draft_path) -> None:
 
 def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path) -> None:
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text('{"task": "rename", "prompt": "Rename a to b: def f(a):\\n    return a * 2"}\n'
-                       '{"prompt": "Say hello."}\n')
+    prompts.write_text(
+        '{"task": "rename", "prompt": "Rename a to b: def f(a):\\n    return a * 2"}\n{"prompt": "Say hello."}\n'
+    )
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    proc = run_cli("bench", "--prompts", str(prompts), "-n", "12", "--repeat", "2", "--json", str(out_json),
-                   "--plot", str(out_png))
+    proc = run_cli(
+        "bench", "--prompts", str(prompts), "-n", "12", "--repeat", "2", "--json", str(out_json), "--plot", str(out_png)
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out_json.read_text())
     strategies = {r["strategy"] for r in data["rows"]}
@@ -126,7 +146,8 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     assert all(r["total_speedup"] == pytest.approx(1.0) for r in data["rows"] if r["strategy"] == "target-only")
     for r in data["rows"]:
         assert 0 < r["load_seconds"] < r["time_to_first_token"] <= r["total_seconds"]
-        assert r["total_seconds"] == pytest.approx(r["load_seconds"] + r["prefill_seconds"] + r["decode_seconds"],
-                                                   rel=0.05, abs=0.1)
+        assert r["total_seconds"] == pytest.approx(
+            r["load_seconds"] + r["prefill_seconds"] + r["decode_seconds"], rel=0.05, abs=0.1
+        )
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "target-only" in proc.stdout and "auto" in proc.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 from localspec.drafting.copier import LineJoin, NgramDrafter
@@ -13,6 +14,7 @@ from localspec.drafting.planner import Planner
 def _model(cost: CostModel | None, cached: list[int] | None = None) -> ModelDrafter:
     """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded."""
     return ModelDrafter(SimpleNamespace(tokens=cached or []), 151936, cost)  # type: ignore[arg-type]
+
 
 CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft=0.026)
 MID = CostModel({1: 0.050, 2: 0.055, 4: 0.060, 8: 0.080, 16: 0.120, 32: 0.200}, draft=0.020)
@@ -32,7 +34,7 @@ def test_picks_large_k_when_verify_is_flat_and_alpha_high() -> None:
 
 def test_ngram_long_copies_use_wide_verify_on_cpu() -> None:
     """A free draft with a copy that holds: the CPU's cheap wide batches win."""
-    k, rate = best_k([0.99 ** j for j in range(1, 33)], CPU, 0.0)
+    k, rate = best_k([0.99**j for j in range(1, 33)], CPU, 0.0)
     assert k >= 16 and rate > 2 / CPU.verify_cost(1)
 
 
@@ -84,7 +86,7 @@ def test_planner_probes_the_model_again_and_backs_off() -> None:
     lost = kinds.index("none")  # the prior alpha drafts at first; every draft is rejected
     probes = [i for i, kind in enumerate(kinds) if kind == "model" and i > lost]
     assert lost < 10 and len(probes) >= 3 and kinds.count("none") > 100
-    assert all(b - a >= 8 for a, b in zip(probes, probes[1:]))  # never more often than every 8 rounds
+    assert all(b - a >= 8 for a, b in itertools.pairwise(probes))  # never more often than every 8 rounds
     assert probes[-1] - probes[-2] > probes[1] - probes[0]  # losing probes back off
 
 
@@ -107,7 +109,7 @@ def _replay(ctx: list[int], continuation: list[int], k: int, drafter: NgramDraft
         while a < len(prop) and i + a < len(continuation) and prop[a] == continuation[i + a]:
             a += 1
         n = min(a + 1, len(continuation) - i)
-        ctx = ctx + continuation[i:i + n]
+        ctx = ctx + continuation[i : i + n]
         i += n
         rounds, accepted = rounds + 1, accepted + a
         drafter.learn(ctx, a)
@@ -116,9 +118,8 @@ def _replay(ctx: list[int], continuation: list[int], k: int, drafter: NgramDraft
 
 def test_copy_is_followed_and_a_repeated_rename_is_learned() -> None:
     source = [100, 1, 2, 3, 4, 50, 5, 6, 7, 8, 50, 9, 10, 11, 12, 50, 13, 14, 15, 16, 50, 17, 18]
-    prompt = [0] + source + [0]
-    renamed = [100, 1, 2, 3, 4, 60, 61, 5, 6, 7, 8, 60, 61, 9, 10, 11, 12, 60, 61, 13, 14, 15, 16,
-               60, 61, 17, 18]
+    prompt = [0, *source, 0]
+    renamed = [100, 1, 2, 3, 4, 60, 61, 5, 6, 7, 8, 60, 61, 9, 10, 11, 12, 60, 61, 13, 14, 15, 16, 60, 61, 17, 18]
     rounds, accepted = _replay(prompt, renamed, 32)
     assert accepted >= len(renamed) - 8  # only the first rename and resynchronizing cost target steps
     assert rounds <= 8
@@ -131,9 +132,9 @@ def test_the_output_repeating_itself_is_trusted_less_than_a_quote_of_the_input()
     quote_prompt, echo_prompt = [1, 2, *phrase, 3], [1, 2, 3]
     quote.start(len(quote_prompt))
     echo.start(len(echo_prompt))
-    quote_ctx, echo_ctx = quote_prompt + [4, 7, 8, 9], echo_prompt + phrase + [4, 7, 8, 9]
+    quote_ctx, echo_ctx = [*quote_prompt, 4, 7, 8, 9], echo_prompt + phrase + [4, 7, 8, 9]
     assert quote.propose(quote_ctx, 5) == echo.propose(echo_ctx, 5) == [10, 11, 12, 13, 14]
-    assert all(e < q for q, e in zip(quote.holds(5), echo.holds(5)))
+    assert all(e < q for q, e in zip(quote.holds(5), echo.holds(5), strict=False))
     here = CostModel({1: 0.029, 2: 0.047, 4: 0.076, 8: 0.135, 16: 0.154, 32: 0.250})  # a measured AVX-512 curve
     assert best_k(quote.holds(5), here, 0.0)[0] > 0 and best_k(echo.holds(5), here, 0.0)[0] == 0
 
@@ -142,8 +143,29 @@ def test_no_match_proposes_nothing() -> None:
     assert NgramDrafter().propose([1, 2, 3, 4], 8) == []
 
 
-VOCAB = ["<s>", "The", " cat", " sat", "\n", "on", " on", " the", " mat", ",\n", ",", "and", " and", " dog",
-         "res", "ted", " rested", ".", "\n\n", "A", " A"]
+VOCAB = [
+    "<s>",
+    "The",
+    " cat",
+    " sat",
+    "\n",
+    "on",
+    " on",
+    " the",
+    " mat",
+    ",\n",
+    ",",
+    "and",
+    " and",
+    " dog",
+    "res",
+    "ted",
+    " rested",
+    ".",
+    "\n\n",
+    "A",
+    " A",
+]
 
 
 def _tokenize(text: str) -> list[int]:
@@ -152,7 +174,7 @@ def _tokenize(text: str) -> list[int]:
     while text:
         tok = max((i for i, v in enumerate(VOCAB) if v and text.startswith(v)), key=lambda i: len(VOCAB[i]))
         out.append(tok)
-        text = text[len(VOCAB[tok]):]
+        text = text[len(VOCAB[tok]) :]
     return out
 
 
@@ -171,7 +193,7 @@ def test_copy_joins_wrapped_lines_once_seen() -> None:
     """A summary quoting a hard-wrapped source: after the first joined line break, the rest copy straight."""
     source = _tokenize("The cat sat\non the mat,\nand the dog\nrested on the mat,\nand the cat sat\non the mat.")
     output = _tokenize("The cat sat on the mat, and the dog rested on the mat, and the cat sat on the mat.")
-    prompt = [0] + source + [18]
+    prompt = [0, *source, 18]
     plain_rounds, plain_accepted = _replay(prompt, output, 32)
     drafter = NgramDrafter(_join())
     rounds, accepted = _replay(prompt, output, 32, drafter)
@@ -183,5 +205,5 @@ def test_line_joining_is_unlearned_when_the_output_keeps_line_breaks() -> None:
     drafter = NgramDrafter(_join())
     drafter.join_lines = True
     source = _tokenize("The cat sat\non the mat,\nand the dog\nrested.")
-    rounds, accepted = _replay([0] + source + [18], source, 32, drafter)
+    _rounds, accepted = _replay([0, *source, 18], source, 32, drafter)
     assert not drafter.join_lines and accepted >= len(source) - 4

@@ -4,26 +4,33 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import assert_same_greedy
 from llama_cpp import Llama
 
 from localspec.core.engine import Engine
+from localspec.core.sampling import SamplerSettings
 from localspec.llama.model import Model, new_llama
 from localspec.llama.template import chat_tokens, raw_tokens
-from localspec.core.sampling import SamplerSettings
 from localspec.runtime import make_drafters
-
-from conftest import assert_same_greedy
 
 GREEDY = SamplerSettings(temperature=0)
 PROMPTS = [
-    "def merge_sort(items):\n    \"\"\"Sort a list with merge sort.\"\"\"\n",
+    'def merge_sort(items):\n    """Sort a list with merge sort."""\n',
     "The three most important ideas in thermodynamics are",
     "# Shopping list\n1. Apples\n2.",
 ]
 
 
-def _run(target: Model, draft: Model | None, prompt: list[int], k: int, n: int = 64,
-         sampler: SamplerSettings = GREEDY, seed: int = 0, stops=()) -> tuple[list[int], str, Engine]:
+def _run(
+    target: Model,
+    draft: Model | None,
+    prompt: list[int],
+    k: int,
+    n: int = 64,
+    sampler: SamplerSettings = GREEDY,
+    seed: int = 0,
+    stops=(),
+) -> tuple[list[int], str, Engine]:
     engine = Engine(target, make_drafters(target, draft), sampler, k, seed)
     text = "".join(p.text for p in engine.generate(prompt, n, stops))
     return engine.completion, text, engine
@@ -83,7 +90,7 @@ def test_stop_string_ends_mid_block_and_is_not_printed(target, draft) -> None:
     prompt = raw_tokens(target, PROMPTS[2])
     full = _run(target, draft, prompt, 8, n=40)[1]
     assert "4." in full
-    tokens, text, engine = _run(target, draft, prompt, 8, n=40, stops=["4."])
+    _tokens, text, engine = _run(target, draft, prompt, 8, n=40, stops=["4."])
     assert engine.stats.finish_reason == "stop"
     assert text == full[: full.index("4.")]
 
@@ -107,15 +114,19 @@ def test_max_tokens_exact(target, draft) -> None:
     assert len(tokens) == 13 and engine.stats.finish_reason == "length"
 
 
-EDIT = ("Rename the variable `total` to `acc` in this code and reply with the code only:\n"
-        "def sum_list(values):\n    total = 0\n    for v in values:\n        total += v\n"
-        "    print('total is', total)\n    return total\n")
+EDIT = (
+    "Rename the variable `total` to `acc` in this code and reply with the code only:\n"
+    "def sum_list(values):\n    total = 0\n    for v in values:\n        total += v\n"
+    "    print('total is', total)\n    return total\n"
+)
 
 
-QUOTE = ("Repeat this note word for word as one paragraph, on a single line:\n\n"
-         "The council met on Tuesday and agreed to extend the opening\nhours of the central library "
-         "until ten in the evening on\nweekdays, starting in March, after residents asked for more\n"
-         "quiet places to study.\n")
+QUOTE = (
+    "Repeat this note word for word as one paragraph, on a single line:\n\n"
+    "The council met on Tuesday and agreed to extend the opening\nhours of the central library "
+    "until ten in the evening on\nweekdays, starting in March, after residents asked for more\n"
+    "quiet places to study.\n"
+)
 
 
 @pytest.mark.parametrize(("text", "k"), [(EDIT, None), (EDIT, 32), (QUOTE, None)])

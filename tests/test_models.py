@@ -8,10 +8,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-
 from conftest import one_line_error, run_cli
-from localspec.models.catalog import catalog
+
 from localspec.llama.model import amx_weights_disabled, gpu_offload_supported
+from localspec.models.catalog import catalog
 from localspec.runtime import RunConfig, load_models
 
 REPO = "test-org/tiny-GGUF"
@@ -31,8 +31,11 @@ def hub_cache(tmp_path: Path, gemma_path: Path) -> dict[str, str]:
     snap.mkdir(parents=True)
     for name in ("tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf"):
         (snap / name).symlink_to(f"../../blobs/{sha}")
-    return {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1",
-            "LOCALSPEC_MODELS_DIR": str(tmp_path / "models")}
+    return {
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_HUB_OFFLINE": "1",
+        "LOCALSPEC_MODELS_DIR": str(tmp_path / "models"),
+    }
 
 
 def test_pull_list_use_verify_rm_offline(hub_cache: dict[str, str]) -> None:
@@ -45,8 +48,21 @@ def test_pull_list_use_verify_rm_offline(hub_cache: dict[str, str]) -> None:
     assert rows["tiny-Q4_K_M"]["architecture"] == "gemma3" and rows["tiny-Q4_K_M"]["where"] == "hub"
     assert rows["tiny-Q4_K_M"]["quantization"] == "Q4_K_M" and rows["tiny-Q4_K_M"]["vocabulary"] == 262_144
 
-    out = run_cli("generate", "--json", "--raw", "-n", "3", "--temperature", "0", "--draft", "ngram",
-                  "--target", f"{REPO}:tiny-Q8_0.gguf", "Once upon a time", env=hub_cache)
+    out = run_cli(
+        "generate",
+        "--json",
+        "--raw",
+        "-n",
+        "3",
+        "--temperature",
+        "0",
+        "--draft",
+        "ngram",
+        "--target",
+        f"{REPO}:tiny-Q8_0.gguf",
+        "Once upon a time",
+        env=hub_cache,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["target"].endswith("tiny-Q8_0.gguf")
 
@@ -59,11 +75,17 @@ def test_pull_list_use_verify_rm_offline(hub_cache: dict[str, str]) -> None:
 
 
 def test_pull_errors_say_what_to_do(hub_cache: dict[str, str]) -> None:
-    one_line_error(run_cli("models", "pull", REPO, "missing-Q2_K.gguf", env=hub_cache),
-                    "not in the Hugging Face cache", "HF_HUB_OFFLINE")
+    one_line_error(
+        run_cli("models", "pull", REPO, "missing-Q2_K.gguf", env=hub_cache),
+        "not in the Hugging Face cache",
+        "HF_HUB_OFFLINE",
+    )
     no_network = {**hub_cache, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens
-    one_line_error(run_cli("models", "pull", "other-org/absent-GGUF", "x.gguf", env=no_network),
-                    "cannot reach the Hugging Face Hub", "check the network")
+    one_line_error(
+        run_cli("models", "pull", "other-org/absent-GGUF", "x.gguf", env=no_network),
+        "cannot reach the Hugging Face Hub",
+        "check the network",
+    )
 
 
 class _NoSuchRepo(BaseHTTPRequestHandler):
@@ -92,8 +114,9 @@ def test_pull_missing_repo(hub_cache: dict[str, str]) -> None:
 def test_check_pairs(target_path, draft_path, gemma_path) -> None:
     ok = run_cli("models", "check", "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
     assert ok.returncode == 0 and ok.stdout.startswith("ok:"), ok.stderr
-    one_line_error(run_cli("models", "check", str(target_path), str(gemma_path)),
-                    "first differing token is id 0", "'!'", "'<pad>'")
+    one_line_error(
+        run_cli("models", "check", str(target_path), str(gemma_path)), "first differing token is id 0", "'!'", "'<pad>'"
+    )
 
 
 def test_list_roles(target_path, draft_path, gemma_path, tmp_path: Path) -> None:
@@ -104,8 +127,11 @@ def test_list_roles(target_path, draft_path, gemma_path, tmp_path: Path) -> None
 
 
 def test_offload_flags_reach_llama_cpp(draft_path: Path) -> None:
-    t, d = load_models(RunConfig(target=str(draft_path), draft=str(draft_path), gpu_layers=3, draft_gpu_layers=2,
-                                 flash_attn=True, ctx=256))
+    t, d = load_models(
+        RunConfig(
+            target=str(draft_path), draft=str(draft_path), gpu_layers=3, draft_gpu_layers=2, flash_attn=True, ctx=256
+        )
+    )
     assert t.llm.model_params.n_gpu_layers == 3 and d.llm.model_params.n_gpu_layers == 2
     assert t.llm.context_params.flash_attn_type == 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
     default, _ = load_models(RunConfig(target=str(draft_path), no_draft=True, ctx=256))

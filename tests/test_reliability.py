@@ -11,17 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import one_line_error, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_chat import drive
 
 from localspec.core.conversation import Conversation
 from localspec.core.engine import Engine
+from localspec.core.sampling import SamplerSettings
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
-from localspec.core.sampling import SamplerSettings
-from test_chat import drive
-
-from conftest import one_line_error, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +34,25 @@ def bad_files(tmp_path_factory, gemma_path: Path) -> dict[str, Path]:
     header = bytearray(gemma_path.read_bytes()[: 1 << 20])
     header[8:16] = (2**40).to_bytes(8, "little")  # an absurd tensor count
     (d / "corrupt.gguf").write_bytes(bytes(header))
-    return {"missing": d / "missing.gguf", "directory": d / "dir.gguf", "not GGUF": d / "text.gguf",
-            "truncated": d / "half.gguf", "corrupt": d / "corrupt.gguf"}
+    return {
+        "missing": d / "missing.gguf",
+        "directory": d / "dir.gguf",
+        "not GGUF": d / "text.gguf",
+        "truncated": d / "half.gguf",
+        "corrupt": d / "corrupt.gguf",
+    }
 
 
-@pytest.mark.parametrize("case,expect", [("missing", "no such model file"), ("directory", "is a directory"),
-                                         ("not GGUF", "not a GGUF file"), ("truncated", "truncated"),
-                                         ("corrupt", "corrupt GGUF header")])
+@pytest.mark.parametrize(
+    "case,expect",
+    [
+        ("missing", "no such model file"),
+        ("directory", "is a directory"),
+        ("not GGUF", "not a GGUF file"),
+        ("truncated", "truncated"),
+        ("corrupt", "corrupt GGUF header"),
+    ],
+)
 @pytest.mark.parametrize("role", ["--target", "--draft"])
 def test_bad_model_files(bad_files, target_path, case: str, expect: str, role: str) -> None:
     path = bad_files[case]
@@ -65,6 +76,7 @@ def test_closed_pipe_is_quiet(target_path, draft_path) -> None:
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, timeout=300)
     assert len(proc.stdout) == 20
     assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr
+    assert proc.returncode == 141  # localspec's own status: pipefail reports it, as the README says
 
 
 def test_prompt_longer_than_context(target_path, draft_path) -> None:
@@ -74,9 +86,21 @@ def test_prompt_longer_than_context(target_path, draft_path) -> None:
 
 
 def test_sigint_during_generate_prints_what_was_accepted(target_path, draft_path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "generate", "-n", "2000", "--temperature", "0",
-                             "Write a very long story about a lighthouse keeper."],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "localspec",
+            "generate",
+            "-n",
+            "2000",
+            "--temperature",
+            "0",
+            "Write a very long story about a lighthouse keeper.",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None
     first = proc.stdout.read(40)  # text is streaming: the models are loaded and decoding
     proc.send_signal(signal.SIGINT)
@@ -87,8 +111,11 @@ def test_sigint_during_generate_prints_what_was_accepted(target_path, draft_path
 
 def test_interrupted_install_leaves_no_partial_model(tmp_path: Path) -> None:
     env = {**os.environ, "LOCALSPEC_MODELS_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "models", "install", "qwen2.5-coder-1.5b-instruct"],
-                            env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localspec", "models", "install", "qwen2.5-coder-1.5b-instruct"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
     for _ in range(600):  # wait until assembly has started writing
         if list(tmp_path.glob("*.partial")):
             break
@@ -98,25 +125,36 @@ def test_interrupted_install_leaves_no_partial_model(tmp_path: Path) -> None:
     assert proc.returncode == 130 and b"Traceback" not in err, err
     assert not (tmp_path / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").exists()
     assert not list(tmp_path.glob("*.partial"))
-    again = subprocess.run([sys.executable, "-m", "localspec", "models", "install", "gemma-3-270m"], env=env,
-                           capture_output=True, timeout=300)  # a later install works (a small model, for time)
+    again = subprocess.run(
+        [sys.executable, "-m", "localspec", "models", "install", "gemma-3-270m"],
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )  # a later install works (a small model, for time)
     assert again.returncode == 0 and (tmp_path / "gemma-3-270m-q4_k_m.gguf").exists(), again.stderr
 
 
-FLAGS = {"--k": st.one_of(st.integers(-5, 80).map(str), st.just("auto"), st.just("x")),
-         "--temperature": st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32).map(repr),
-                                    st.sampled_from(["0", "0.7", "-1", "nan", "1e9"])),
-         "--top-k": st.integers(-3, 2_000_000).map(str),
-         "--top-p": st.sampled_from(["0", "0.5", "1", "1.5", "-0.1", "nan", "inf"]),
-         "--min-p": st.sampled_from(["0", "0.05", "1", "2", "nan"]),
-         "--max-tokens": st.sampled_from(["-1", "0", "1", "2", "99999999999"]),
-         "--seed": st.sampled_from(["-1", "0", "7", str(2**32), "abc"]),
-         "--ctx": st.sampled_from(["0", "63", "256", "99999999"])}
+FLAGS = {
+    "--k": st.one_of(st.integers(-5, 80).map(str), st.just("auto"), st.just("x")),
+    "--temperature": st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True, width=32).map(repr),
+        st.sampled_from(["0", "0.7", "-1", "nan", "1e9"]),
+    ),
+    "--top-k": st.integers(-3, 2_000_000).map(str),
+    "--top-p": st.sampled_from(["0", "0.5", "1", "1.5", "-0.1", "nan", "inf"]),
+    "--min-p": st.sampled_from(["0", "0.05", "1", "2", "nan"]),
+    "--max-tokens": st.sampled_from(["-1", "0", "1", "2", "99999999999"]),
+    "--seed": st.sampled_from(["-1", "0", "7", str(2**32), "abc"]),
+    "--ctx": st.sampled_from(["0", "63", "256", "99999999"]),
+}
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(st.dictionaries(st.sampled_from(sorted(FLAGS)), st.none(), min_size=1, max_size=4).flatmap(
-    lambda keys: st.fixed_dictionaries({k: FLAGS[k] for k in keys})))
+@given(
+    st.dictionaries(st.sampled_from(sorted(FLAGS)), st.none(), min_size=1, max_size=4).flatmap(
+        lambda keys: st.fixed_dictionaries({k: FLAGS[k] for k in keys})
+    )
+)
 def test_generate_flags_never_traceback(target_path, draft_path, flags: dict[str, str]) -> None:
     """Either typer's usage error (exit 2, says why) or a clean run: never a traceback or a native crash."""
     args = [a for kv in flags.items() for a in kv]
@@ -138,8 +176,9 @@ def test_chat_autosave_and_resume(target_path, draft_path, tmp_path: Path) -> No
 
 
 def test_resume_without_saved_chat(tmp_path: Path, target_path, draft_path) -> None:
-    one_line_error(run_cli("chat", "--resume", input=b"", env={"XDG_DATA_HOME": str(tmp_path)}),
-                   "no saved conversation")
+    one_line_error(
+        run_cli("chat", "--resume", input=b"", env={"XDG_DATA_HOME": str(tmp_path)}), "no saved conversation"
+    )
 
 
 def _rss_mb() -> float:

@@ -126,6 +126,7 @@ def test_greedy_accepts_exactly_matching_prefix() -> None:
 
 # ---- the sampler chain ---------------------------------------------------------------------
 
+
 def _reference(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
     """A slow, obviously-correct chain: full sort, llama.cpp order (top-k, top-p, min-p, temp)."""
     order = np.argsort(-logits, kind="stable")
@@ -144,12 +145,18 @@ def _reference(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("s", [
-    SamplerSettings(1.0, 0, 1.0, 0.0), SamplerSettings(0.7, 40, 0.95, 0.05),
-    SamplerSettings(1.3, 0, 0.9, 0.0), SamplerSettings(1.0, 5, 1.0, 0.0),
-    SamplerSettings(0.5, 0, 1.0, 0.1), SamplerSettings(1.0, 0, 0.5, 0.02),
-    SamplerSettings(2.0, 1000, 0.99, 0.0),
-])
+@pytest.mark.parametrize(
+    "s",
+    [
+        SamplerSettings(1.0, 0, 1.0, 0.0),
+        SamplerSettings(0.7, 40, 0.95, 0.05),
+        SamplerSettings(1.3, 0, 0.9, 0.0),
+        SamplerSettings(1.0, 5, 1.0, 0.0),
+        SamplerSettings(0.5, 0, 1.0, 0.1),
+        SamplerSettings(1.0, 0, 0.5, 0.02),
+        SamplerSettings(2.0, 1000, 0.99, 0.0),
+    ],
+)
 def test_chain_equals_reference(s: SamplerSettings) -> None:
     rng = np.random.default_rng(42)
     for n, scale in itertools.product([10, 5000, 151_936], [0.5, 3.0]):
@@ -168,10 +175,15 @@ def test_minus_infinity_logits_never_sampled() -> None:
     assert probs[0] == probs[3] == 0 and probs.sum() == pytest.approx(1)
 
 
-@pytest.mark.parametrize("s", [
-    SamplerSettings(0.8, 3, 1.0, 0.0), SamplerSettings(1.0, 0, 0.8, 0.0),
-    SamplerSettings(1.0, 0, 1.0, 0.2), SamplerSettings(0.6, 4, 0.9, 0.05),
-])
+@pytest.mark.parametrize(
+    "s",
+    [
+        SamplerSettings(0.8, 3, 1.0, 0.0),
+        SamplerSettings(1.0, 0, 0.8, 0.0),
+        SamplerSettings(1.0, 0, 1.0, 0.2),
+        SamplerSettings(0.6, 4, 0.9, 0.05),
+    ],
+)
 def test_transforms_applied_to_both_sides_stay_lossless(s: SamplerSettings) -> None:
     """p and q come from different logits through the same chain; output must follow p."""
     rng = np.random.default_rng(5)

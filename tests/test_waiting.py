@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import assert_same_greedy, run_cli
 
 from localspec.core.conversation import Conversation
 from localspec.core.sampling import SamplerSettings
 from localspec.drafting.calibration import model_key
 from localspec.drafting.model import ModelDrafter
 from localspec.runtime import RunConfig, default_threads, draft_model_of, load_engine
-
-from conftest import assert_same_greedy, run_cli
 
 GREEDY = SamplerSettings(temperature=0)
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes
@@ -24,15 +23,19 @@ def _write_costs(cache: Path, target: Path, draft: Path, curve: dict[int, float]
     """A costs.json as calibration would write it for this pair under the default settings."""
     settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": 4096}
     dkey = model_key(draft, **settings)
-    entry = {"verify": {str(n): s for n, s in curve.items()}, "draft": {dkey: draft_token},
-             "draft_prefill": {dkey: draft_token / 8}}
+    entry = {
+        "verify": {str(n): s for n, s in curve.items()},
+        "draft": {dkey: draft_token},
+        "draft_prefill": {dkey: draft_token / 8},
+    }
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "costs.json").write_text(json.dumps({model_key(target, **settings): entry}))
 
 
 @pytest.mark.slow
-def test_a_draft_model_that_cannot_win_is_never_loaded(target_path: Path, draft_path: Path, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_draft_model_that_cannot_win_is_never_loaded(
+    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, draft_path, CPU_CURVE, draft_token=0.021)
     engine = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
@@ -44,8 +47,9 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(target_path: Path, draft_
 
 
 @pytest.mark.slow
-def test_a_draft_model_that_can_win_is_loaded_but_not_prefilled(target_path: Path, draft_path: Path,
-                                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_draft_model_that_can_win_is_loaded_but_not_prefilled(
+    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, draft_path, GPU_CURVE, draft_token=0.002)
     engine = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from localspec.core.engine import Engine
 from localspec.core.stats import Piece, Stats
@@ -41,7 +41,7 @@ class Conversation:
         room = min(self.max_tokens, n_ctx // 2)
         dropped, limit = 0, n_ctx
         while True:
-            prompt = self._rendered(self.messages + [user])
+            prompt = self._rendered([*self.messages, user])
             if len(prompt) + room <= limit or not self.messages:
                 break
             limit = n_ctx // 2
@@ -49,14 +49,17 @@ class Conversation:
             del self.messages[:cut]
             dropped += 1
         if len(prompt) >= n_ctx:
-            raise LocalspecError(f"this message needs {len(prompt)} tokens and the context holds {n_ctx} "
-                                 f"({len(prompt) - n_ctx + 1} too many)")
+            raise LocalspecError(
+                f"this message needs {len(prompt)} tokens and the context holds {n_ctx} "
+                f"({len(prompt) - n_ctx + 1} too many)"
+            )
         if dropped:
-            self.notices.append(f"context full: dropped the {dropped} oldest turn{'s' * (dropped > 1)} "
-                                f"(the system prompt stays)")
+            self.notices.append(
+                f"context full: dropped the {dropped} oldest turn{'s' * (dropped > 1)} (the system prompt stays)"
+            )
         return prompt
 
-    def reply(self, text: str) -> Iterator[Piece]:
+    def reply(self, text: str) -> Generator[Piece, None, None]:
         """Fit the prompt (notices say what was dropped), then stream the assistant's reply to `text`.
 
         The reply, even a partial one cut by Ctrl-C, joins the conversation with its sampled tokens.
@@ -66,15 +69,16 @@ class Conversation:
         self.messages.append(user)
         return self._stream(prompt)
 
-    def _stream(self, prompt: list[int]) -> Iterator[Piece]:
+    def _stream(self, prompt: list[int]) -> Generator[Piece, None, None]:
         pieces: list[str] = []
         try:
             for piece in self.engine.generate(prompt, self.max_tokens):
                 pieces.append(piece.text)
                 yield piece
         finally:
-            self.messages.append({"role": "assistant", "content": "".join(pieces),
-                                  "tokens": list(self.engine.completion)})
+            self.messages.append(
+                {"role": "assistant", "content": "".join(pieces), "tokens": list(self.engine.completion)}
+            )
             self.totals.add(self.engine.stats)
             self.replies += 1
 
@@ -98,8 +102,11 @@ class Conversation:
             self.engine.target.sync(tokens, 0)
 
     def to_json(self) -> dict:
-        return {"version": SAVE_VERSION, "system": self.system,
-                "messages": [{"role": m["role"], "content": m["content"]} for m in self.messages]}
+        return {
+            "version": SAVE_VERSION,
+            "system": self.system,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in self.messages],
+        }
 
     def save(self, path: Path) -> None:
         """Write the conversation as JSON (atomically: a crash never leaves half a file)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -23,8 +23,16 @@ class Engine:
     k is the draft length, or None for the cost-aware choice of each round (needs `cost`).
     """
 
-    def __init__(self, target: Model, drafters: Sequence[Drafter], sampler: SamplerSettings, k: int | None,
-                 seed: int, *, cost: CostModel | None = None) -> None:
+    def __init__(
+        self,
+        target: Model,
+        drafters: Sequence[Drafter],
+        sampler: SamplerSettings,
+        k: int | None,
+        seed: int,
+        *,
+        cost: CostModel | None = None,
+    ) -> None:
         self.target, self.sampler, self.cost = target, sampler, cost
         self.drafters = list(drafters)
         self.planner = Planner(self.drafters, k=k, cost=cost)
@@ -42,8 +50,8 @@ class Engine:
     def k(self, value: int | None) -> None:
         self.planner.k = value
 
-    def _step(self, ctx: list[int], room: int) -> tuple[list[int], int, int]:
-        """One round on ctx: emitted tokens, accepted draft tokens, drafted tokens.
+    def _step(self, ctx: list[int], room: int) -> tuple[list[int], int, Drafter | None, int]:
+        """One round on ctx: emitted tokens, accepted draft tokens, the drafter, drafted tokens.
 
         The target cache holds ctx[:-1], or all of ctx when the prefill left the next logits pending.
         """
@@ -58,27 +66,35 @@ class Engine:
             self.cost.observe_verify(n_new, time.perf_counter() - t0)
         tokens, n = verify(lambda i: process(logits[i], self.sampler), draft.q, draft.tokens, self.rng)
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
-        for d in self.drafters:
+        for d in self.planner.drafters:
             d.rewind(len(ctx) + n)
         self.planner.observe(ctx + tokens, plan, n)
-        return tokens, n, len(draft.tokens)
+        return tokens, n, plan.drafter, len(draft.tokens)
 
     def _prefill(self, prompt: list[int]) -> None:
         if not prompt:
             raise LocalspecError("the prompt is empty")
         if len(prompt) >= self.target.n_ctx:
-            raise ContextFull(f"the prompt is {len(prompt)} tokens and the context holds {self.target.n_ctx} "
-                              f"({len(prompt) - self.target.n_ctx + 1} too many); raise --ctx or shorten it")
+            raise ContextFull(
+                f"the prompt is {len(prompt)} tokens and the context holds {self.target.n_ctx} "
+                f"({len(prompt) - self.target.n_ctx + 1} too many); raise --ctx or shorten it"
+            )
         t0, decoded = time.perf_counter(), self.target.n_decoded
         self._pending = self.target.sync(prompt, 1).copy()  # logits for the first new token, as plain decoding has
         self.stats.prefill_tokens = self.target.n_decoded - decoded
         self.stats.prefill_seconds = time.perf_counter() - t0
 
-    def generate(self, prompt: list[int], max_tokens: int, stops: Sequence[str] = ()) -> Iterator[Piece]:
-        """Stream the completion of `prompt`; self.stats and self.completion fill in as it goes."""
+    def generate(
+        self, prompt: list[int], max_tokens: int, stops: Sequence[str] = (), drafters: Sequence[Drafter] = ()
+    ) -> Iterator[Piece]:
+        """Stream the completion of `prompt`; self.stats and self.completion fill in as it goes.
+
+        `drafters` join the engine's own for this generation only (a prediction of the output, say).
+        """
         start = time.perf_counter()
         self.stats, self.completion = Stats(prompt_tokens=len(prompt)), []
-        for d in self.drafters:
+        self.planner.drafters = [*drafters, *self.drafters]
+        for d in self.planner.drafters:
             d.start(len(prompt))
         st, stream, ctx = self.stats, TextStream(stops), list(prompt)
         self._prefill(ctx)
@@ -86,8 +102,11 @@ class Engine:
         try:
             while st.completion_tokens < max_tokens and len(ctx) < self.target.n_ctx:
                 room = min(max_tokens - st.completion_tokens - 1, self.target.n_ctx - len(ctx))
-                tokens, n, k = self._step(ctx, room)
+                tokens, n, drafter, k = self._step(ctx, room)
                 st.target_passes, st.drafted, st.accepted = st.target_passes + 1, st.drafted + k, st.accepted + n
+                if drafter is not None:
+                    st.drafted_by[drafter.name] = st.drafted_by.get(drafter.name, 0) + k
+                    st.accepted_by[drafter.name] = st.accepted_by.get(drafter.name, 0) + n
                 for i, tok in enumerate(tokens):
                     if self.target.is_eog(tok):
                         st.finish_reason = "stop"
@@ -116,7 +135,7 @@ class Engine:
             st.draft_seconds = self._draft_seconds() - draft0
 
     def _draft_seconds(self) -> float:
-        return sum(d.seconds for d in self.drafters)
+        return sum(d.seconds for d in self.planner.drafters)
 
     def drafter(self, name: str) -> Drafter | None:
         """The drafter registered under `name`, if any."""

@@ -8,8 +8,8 @@ softmax), then temperature on the survivors. Temperature 0 is greedy: one-hot at
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class OneHot:
         return out
 
 
-Dist = Union[np.ndarray, OneHot]  # a sampling distribution over the target's vocabulary
+Dist = np.ndarray | OneHot  # a sampling distribution over the target's vocabulary
 
 
 def _sorted_prefix(logits: np.ndarray, cand: np.ndarray, z: float, lmax: float, top_p: float) -> np.ndarray:
@@ -56,10 +56,7 @@ def _sorted_prefix(logits: np.ndarray, cand: np.ndarray, z: float, lmax: float, 
     """
     m = 256
     while True:
-        if m < cand.size:
-            part = cand[np.argpartition(-logits[cand], m - 1)[:m]]
-        else:
-            part = cand
+        part = cand[np.argpartition(-logits[cand], m - 1)[:m]] if m < cand.size else cand
         order = part[np.argsort(-logits[part], kind="stable")]
         cum = np.cumsum(np.exp(logits[order] - lmax)) / z
         cut = int(np.searchsorted(cum, top_p))  # first index with cum >= top_p
@@ -99,8 +96,9 @@ def sample(probs: np.ndarray | OneHot, rng: np.random.Generator) -> int:
     return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
 
 
-def verify(p_at: Callable[[int], Dist], q: Sequence[Dist], draft: Sequence[int],
-           rng: np.random.Generator) -> tuple[list[int], int]:
+def verify(
+    p_at: Callable[[int], Dist], q: Sequence[Dist], draft: Sequence[int], rng: np.random.Generator
+) -> tuple[list[int], int]:
     """Speculative rejection sampling (Leviathan et al. 2022, Algorithm 1).
 
     p_at(i) is the target distribution at draft position i (i = len(draft) is the bonus

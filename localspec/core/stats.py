@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-_SUMMED = ("prompt_tokens", "prefill_tokens", "completion_tokens", "target_passes", "drafted", "accepted",
-           "prefill_seconds", "wall_seconds", "target_seconds", "draft_seconds")
+_SUMMED = (
+    "prompt_tokens",
+    "prefill_tokens",
+    "completion_tokens",
+    "target_passes",
+    "drafted",
+    "accepted",
+    "prefill_seconds",
+    "wall_seconds",
+    "target_seconds",
+    "draft_seconds",
+)
 
 
 @dataclass
@@ -27,6 +37,8 @@ class Stats:
     wall_seconds: float = 0.0
     target_seconds: float = 0.0  # inside llama_decode during decoding: the target ...
     draft_seconds: float = 0.0  # ... and the draft model (the rest of wall_seconds is Python)
+    drafted_by: dict[str, int] = field(default_factory=dict)  # drafted tokens by drafter name ...
+    accepted_by: dict[str, int] = field(default_factory=dict)  # ... and those the target accepted
     first_token_seconds: float | None = None
     load_seconds: float | None = None
     time_to_first_token: float | None = None
@@ -49,6 +61,9 @@ class Stats:
         """Accumulate another generation's counters (session totals)."""
         for name in _SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in ((self.drafted_by, other.drafted_by), (self.accepted_by, other.accepted_by)):
+            for drafter, n in theirs.items():
+                mine[drafter] = mine.get(drafter, 0) + n
 
     def summary(self) -> str:
         """One human line: tokens, tok/s, acceptance, tokens per pass, prefill, and the times waited."""
@@ -70,8 +85,12 @@ class Stats:
         return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "acceptance_rate": self.acceptance_rate,
-                "tokens_per_pass": self.tokens_per_pass, "tokens_per_second": self.tokens_per_second}
+        return {
+            **asdict(self),
+            "acceptance_rate": self.acceptance_rate,
+            "tokens_per_pass": self.tokens_per_pass,
+            "tokens_per_second": self.tokens_per_second,
+        }
 
 
 @dataclass(frozen=True)

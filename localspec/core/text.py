@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class TextStream:
@@ -41,6 +41,6 @@ class TextStream:
         return 0
 
     def _show(self, upto: int) -> str:
-        out = self.text[self.shown:upto]
+        out = self.text[self.shown : upto]
         self.shown = max(self.shown, upto)
         return out

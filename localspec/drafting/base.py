@@ -10,13 +10,17 @@ no more than this: adding a draft source means writing one subclass and register
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from localspec.core.sampling import Dist, OneHot, SamplerSettings
 from localspec.drafting.costs import CostModel
+
+if TYPE_CHECKING:
+    from localspec.llama.model import Model
 
 
 @dataclass
@@ -27,7 +31,7 @@ class Draft:
     q: list[Dist] = field(default_factory=list)
 
     @classmethod
-    def copied(cls, tokens: Sequence[int]) -> "Draft":
+    def copied(cls, tokens: Sequence[int]) -> Draft:
         """A deterministic proposal: every q is one-hot at its token."""
         return cls(list(tokens), [OneHot(t) for t in tokens])
 
@@ -77,3 +81,12 @@ class Drafter(ABC):
     def seconds(self) -> float:
         """Seconds spent computing drafts so far (for overhead accounting)."""
         return 0.0
+
+
+DrafterFactory = Callable[["Model"], Drafter]  # the target model -> a drafter for it
+REGISTRY: dict[str, DrafterFactory] = {}
+
+
+def register(name: str, factory: DrafterFactory) -> None:
+    """Make a drafter available by name (LocalSpec.load(drafters=[name]), RunConfig.drafters)."""
+    REGISTRY[name] = factory

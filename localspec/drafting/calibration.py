@@ -49,7 +49,7 @@ def _measure_target(target: Model) -> CostModel:
 def measure_draft(draft: Model, cost: CostModel) -> None:
     """Time the draft's one-token decodes and a batched catch-up; store them in cost (at its scale)."""
     base = list(draft.tokens)
-    draft.sync(base + [_FILLER], 1)
+    draft.sync([*base, _FILLER], 1)
     t0 = time.perf_counter()
     for i in range(4):
         draft.sync(base + [_FILLER] * (i + 2), 1)

@@ -14,7 +14,9 @@ Proposals are one-hot: sampling stays exact.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Sequence
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,6 +34,82 @@ _PRIOR_COPIED = np.array([[0.5, 1, 3, 10, 30, 100, 300], [0.25, 0.5, 1.5, 5, 15,
 
 def _bucket(run: int) -> int:
     return next((i for i, b in enumerate(_RUN_BUCKETS) if run <= b), len(_RUN_BUCKETS))
+
+
+class BreakStats:
+    """How long copies hold: decayed counts of copied tokens and of breaks, by source side and run length.
+
+    Side 0 is a copy from the input (the prompt, earlier turns), side 1 the output repeating itself.
+    """
+
+    def __init__(self, decay: float = 0.97) -> None:
+        self.decay = decay
+        self.copied = _PRIOR_COPIED.copy()
+        self.breaks = np.ones_like(self.copied)
+
+    def holds(self, side: int, run: int, n: int) -> list[float]:
+        """S_j, j = 1..n: the probability that the next j tokens of a copy that has held for `run` all hold."""
+        rate = self.breaks[side] / (self.copied[side] + self.breaks[side])
+        s, out = 1.0, []
+        for j in range(n):
+            s *= 1.0 - rate[_bucket(run + j)]
+            out.append(s)
+        return out
+
+    def new_round(self) -> None:
+        """Age the evidence: recent rounds count more."""
+        self.copied *= self.decay
+        self.breaks *= self.decay
+
+    def held(self, side: int, run: int, n: int = 1) -> None:
+        """n more tokens held, the first at run length `run`."""
+        for j in range(n):
+            self.copied[side, _bucket(run + j)] += 1
+
+    def broke(self, side: int, run: int) -> None:
+        self.breaks[side, _bucket(run)] += 1
+
+
+class Rewrites:
+    """What the output does to the source as it copies: learned edits (a rename applies to later
+    occurrences), source tokens where copies break for reasons not yet learned, and joined line breaks."""
+
+    def __init__(self, join: LineJoin | None = None) -> None:
+        self.join = join
+        self.join_lines = False  # whether the output joins the source's wrapped lines (learned)
+        self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}  # source tokens -> what the output wrote
+        self.broken: set[int] = set()  # source tokens where a copy broke and no edit is known yet
+
+    def learn(self, src: tuple[int, ...], out: tuple[int, ...]) -> None:
+        """The output wrote `out` where the source has `src` (kept when short enough to be an edit)."""
+        if src and len(src) <= _MAX_EDIT and len(out) <= _MAX_EDIT:
+            self.edits[src] = out
+            self.broken.discard(src[0])
+
+    def at(self, ctx: list[int], pos: int, heads: set[int]) -> tuple[int, tuple[int, ...]] | None:
+        """(source tokens used, output tokens) of a rewrite starting at ctx[pos], if one applies."""
+        if ctx[pos] in heads:
+            for src, out in self.edits.items():
+                if tuple(ctx[pos : pos + len(src)]) == src:
+                    return len(src), out
+        if self.join_lines and self.join is not None:
+            return self.join(ctx[pos : pos + LineJoin.MAX_WORD + 1])
+        return None
+
+    def switched_line_joining(self, source: list[int], src_pos: int, emitted: int) -> tuple[list[int], int] | None:
+        """At a miss on a source line break: if the output wrote it the other way (joined or not), flip the
+        convention (it applies to later line breaks too) and return (the rest of the rewrite, next source index)."""
+        if self.join is None or src_pos >= len(source):
+            return None
+        joined = self.join(source[src_pos : src_pos + LineJoin.MAX_WORD + 1])
+        if joined and not self.join_lines and joined[1][0] == emitted:
+            result = list(joined[1][1:]), src_pos + joined[0]
+        elif joined and self.join_lines and source[src_pos] == emitted:
+            result = [], src_pos + 1
+        else:
+            return None
+        self.join_lines = not self.join_lines
+        return result
 
 
 class LineJoin:
@@ -66,30 +144,42 @@ class LineJoin:
             head, tail = first[:-1], b"".join(self._piece(t) for t in key[1:])
             self._joined[key] = None
             if word > 1 and not head.endswith(b"\r"):
-                try:
+                with contextlib.suppress(UnicodeDecodeError):  # the break splits a character: no joined form
                     self._joined[key] = (word, tuple(self.tokenize((head + b" " + tail).decode())))
-                except UnicodeDecodeError:
-                    pass  # the break splits a character: no joined form
         return self._joined[key]
 
 
 class NgramDrafter(Drafter):
-    """Copies continuations from the context; learns edits, line joining and how long copies hold."""
+    """Copies continuations from the context: where the copy points, resynchronizing after edits.
+
+    What the output does to the source is kept in `rewrites`, how long copies hold in `stats`.
+    """
 
     name = "ngram"
     max_k: ClassVar[int] = 64
 
-    def __init__(self, join: LineJoin | None = None, max_ngram: int = 8, resync_window: int = 48,
-                 decay: float = 0.97) -> None:
-        self.join, self.max_ngram, self.resync_window, self.decay = join, max_ngram, resync_window, decay
-        self.join_lines = False  # whether the output joins the source's wrapped lines (learned)
-        self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}  # source tokens -> what the output wrote
-        self.broken: set[int] = set()  # source tokens where a copy broke and no edit is known yet
-        # decayed counts of tokens that held and of breaks, by source (row) and run length (column)
-        self.copied = _PRIOR_COPIED.copy()
-        self.breaks = np.ones_like(self.copied)
+    def __init__(
+        self, join: LineJoin | None = None, max_ngram: int = 8, resync_window: int = 48, decay: float = 0.97
+    ) -> None:
+        self.max_ngram, self.resync_window = max_ngram, resync_window
+        self.rewrites = Rewrites(join)
+        self.stats = BreakStats(decay)
         self.source_end: int | None = None  # where this generation's output starts in the context (None: unknown)
-        self.reset()
+        self.plan: list[int] = []  # the continuation the copy predicts
+        self.plan_src: list[int] = []  # for each planned token, the source index after it
+        self.plan_from = 0  # the source index the plan starts at
+        self.run = 0  # tokens confirmed in the current copy (starts at the matched n-gram length)
+        self.anchor: int | None = None  # source index where the last copy broke ...
+        self.broke_at = 0  # ... and the output index of the token that broke it
+
+    @property
+    def join_lines(self) -> bool:
+        """Whether the output joins the source's hard-wrapped lines (learned)."""
+        return self.rewrites.join_lines
+
+    @join_lines.setter
+    def join_lines(self, value: bool) -> None:
+        self.rewrites.join_lines = value
 
     def start(self, prompt_len: int) -> None:
         """A new generation, whose output follows the first prompt_len tokens of the context."""
@@ -98,12 +188,8 @@ class NgramDrafter(Drafter):
 
     def reset(self) -> None:
         """Forget the copy position (a new context); what was learned about edits and breaks stays."""
-        self.plan: list[int] = []  # the continuation the copy predicts
-        self.plan_src: list[int] = []  # for each planned token, the source index after it
-        self.plan_from = 0  # the source index the plan starts at
-        self.run = 0  # tokens confirmed in the current copy (starts at the matched n-gram length)
-        self.anchor: int | None = None  # source index where the last copy broke ...
-        self.broke_at = 0  # ... and the output index of the token that broke it
+        self.plan, self.plan_src, self.plan_from, self.run = [], [], 0, 0
+        self.anchor, self.broke_at = None, 0
 
     # ---- finding and extending the copy ------------------------------------------------------
     def _resync(self, ctx: list[int]) -> None:
@@ -126,36 +212,27 @@ class NgramDrafter(Drafter):
         pointer, matched = int(cand[best]) + 1, int(length[best])
         if self.anchor is not None and not near[best] and matched < 3:
             return  # a short match elsewhere right after an edit is mostly noise
-        if near[best]:
-            self._learn_edit(ctx, pointer, matched)
+        if near[best] and self.anchor is not None:  # what lay between the break and here was an edit
+            src_end, out_end = pointer - matched, len(ctx) - matched
+            if src_end >= self.anchor and out_end >= self.broke_at:
+                self.rewrites.learn(tuple(ctx[self.anchor : src_end]), tuple(ctx[self.broke_at : out_end]))
+            self.anchor = None
         self.run = matched
         self._extend(ctx, pointer, 1)
 
-    def _learn_edit(self, ctx: list[int], pointer: int, matched: int) -> None:
-        src_end, out_end = pointer - matched, len(ctx) - matched
-        if src_end >= self.anchor and out_end >= self.broke_at:
-            src, out = tuple(ctx[self.anchor:src_end]), tuple(ctx[self.broke_at:out_end])
-            if src and len(src) <= _MAX_EDIT and len(out) <= _MAX_EDIT:
-                self.edits[src] = out
-                self.broken.discard(src[0])
-        self.anchor = None
-
     def _extend(self, ctx: list[int], pos: int, want: int) -> None:
-        """Append to the plan from source index pos, applying learned edits, to `want` tokens."""
-        heads = {src[0] for src in self.edits}
+        """Append to the plan from source index pos, applying rewrites, to `want` tokens."""
+        heads = {src[0] for src in self.rewrites.edits}
         if not self.plan:
             self.plan_from = pos
         while len(self.plan) < want and pos < len(ctx):
-            edit = ctx[pos] in heads and next(
-                (e for e in self.edits.items() if tuple(ctx[pos:pos + len(e[0])]) == e[0]), None)
-            joined = not edit and self.join_lines and self.join(ctx[pos:pos + LineJoin.MAX_WORD + 1])
-            if edit or joined:
-                used, out = (len(edit[0]), edit[1]) if edit else joined
+            if rewrite := self.rewrites.at(ctx, pos, heads):
+                used, out = rewrite
                 pos += used
                 self.plan += out
                 self.plan_src += [pos] * len(out)
             else:
-                if self.plan and ctx[pos] in self.broken:
+                if self.plan and ctx[pos] in self.rewrites.broken:
                     return  # stop before a source token that was edited in a way not yet learned
                 self.plan.append(ctx[pos])
                 pos += 1
@@ -169,7 +246,7 @@ class NgramDrafter(Drafter):
             self._extend(ctx, self.plan_src[-1], k_max)
         return self.plan[:k_max]
 
-    # ---- learning from the target ------------------------------------------------------------
+    # ---- the drafter protocol ----------------------------------------------------------------
     @property
     def _side(self) -> int:
         """Which statistics the current copy uses: 0 for one from the input, 1 for the output's own text."""
@@ -189,65 +266,42 @@ class NgramDrafter(Drafter):
 
     def holds(self, n: int) -> list[float]:
         """S_j, j = 1..n: the estimated probability that the first j proposed tokens all hold."""
-        rate = self.breaks[self._side] / (self.copied[self._side] + self.breaks[self._side])
-        s, out = 1.0, []
-        for j in range(n):
-            s *= 1.0 - rate[_bucket(self.run + j)]
-            out.append(s)
-        return out
+        return self.stats.holds(self._side, self.run, n)
 
+    # ---- learning from the target ------------------------------------------------------------
     def learn(self, ctx: list[int], accepted: int) -> None:
         """Learn from a round; ctx already ends with the tokens it emitted (accepted + 1)."""
         if not self.plan:
             if self.anchor is not None and len(ctx) - self.broke_at > self.resync_window:
                 self.anchor = None  # the copy never resumed near the edit
             return
-        self.copied *= self.decay
-        self.breaks *= self.decay
-        for j in range(accepted):
-            self.copied[self._side, _bucket(self.run + j)] += 1
+        self.stats.new_round()
+        self.stats.held(self._side, self.run, accepted)
         emitted = ctx[-1]
         if accepted < len(self.plan) and self.plan[accepted] == emitted:  # the target's own token copied too
-            self.copied[self._side, _bucket(self.run + accepted)] += 1
+            self.stats.held(self._side, self.run + accepted)
             self.plan_from = self.plan_src[accepted]
             del self.plan[: accepted + 1], self.plan_src[: accepted + 1]
             self.run += accepted + 1
             return
         src_pos = self.plan_src[accepted - 1] if accepted else self.plan_from
-        if accepted == len(self.plan):  # the plan ran out (end of context or an unlearned edit)
-            if src_pos < len(ctx) - 1 and ctx[src_pos] == emitted:
-                self.broken.discard(emitted)  # not edited this time
-                self.plan, self.plan_src = [], []
-                self._extend(ctx, src_pos + 1, 1)
-                self.run += accepted + 1
-                return
-        if self._switch_line_joining(ctx, src_pos, accepted):
+        # the plan ran out (end of context or an unlearned edit), and the output goes on copying
+        if accepted == len(self.plan) and src_pos < len(ctx) - 1 and ctx[src_pos] == emitted:
+            self.rewrites.broken.discard(emitted)  # not edited this time
+            self.plan, self.plan_src = [], []
+            self._extend(ctx, src_pos + 1, 1)
+            self.run += accepted + 1
             return
-        self.breaks[self._side, _bucket(self.run + accepted)] += 1
+        source = ctx[: len(ctx) - accepted - 1]  # what came before this round's tokens
+        if switched := self.rewrites.switched_line_joining(source, src_pos, emitted):
+            rest, nxt = switched
+            self.stats.held(self._side, self.run + accepted)
+            self.plan, self.plan_src, self.plan_from = rest, [nxt] * len(rest), src_pos
+            self._extend(ctx, nxt, len(rest) + 1)
+            self.run += accepted + 1
+            return
+        self.stats.broke(self._side, self.run + accepted)
         if src_pos < len(ctx) - accepted - 1:
-            self.broken.add(ctx[src_pos])
+            self.rewrites.broken.add(ctx[src_pos])
             self.anchor, self.broke_at = src_pos, len(ctx) - 1
         self.plan, self.plan_src = [], []  # resynchronize next round
-
-    def _switch_line_joining(self, ctx: list[int], src_pos: int, accepted: int) -> bool:
-        """At a miss on a source line break: whether the target wrote it the other way (joined or not).
-
-        If so, the copy goes on under that convention, which applies to later line breaks too.
-        """
-        source_end = len(ctx) - accepted - 1  # the source is what came before this round's tokens
-        if self.join is None or src_pos >= source_end:
-            return False
-        joined = self.join(ctx[src_pos:min(source_end, src_pos + LineJoin.MAX_WORD + 1)])
-        emitted = ctx[-1]
-        if joined and not self.join_lines and joined[1][0] == emitted:
-            rest, nxt = list(joined[1][1:]), src_pos + joined[0]
-        elif joined and self.join_lines and ctx[src_pos] == emitted:
-            rest, nxt = [], src_pos + 1
-        else:
-            return False
-        self.join_lines = not self.join_lines
-        self.copied[self._side, _bucket(self.run + accepted)] += 1
-        self.plan, self.plan_src, self.plan_from = rest, [nxt] * len(rest), src_pos
-        self._extend(ctx, nxt, len(rest) + 1)
-        self.run += accepted + 1
-        return True

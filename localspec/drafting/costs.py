@@ -8,8 +8,8 @@ accepted. best_k picks the k with the most tokens per second, k = 0 (the target 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 
 @dataclass
@@ -72,7 +72,7 @@ class CostModel:
         interpolated and the measured cost.
         """
         ratio = min(max(seconds / self.verify_cost(n), 0.5), 2.0)
-        self.scale *= ratio ** self.ema
+        self.scale *= ratio**self.ema
         shape, weight = self._shape(n), self.shape_ema if n in self.verify else 0.5
         self.verify[n] = shape * (1 - weight + weight * ratio ** (1 - self.ema))  # toward measured / new scale
         if len(self._ns) != len(self.verify):

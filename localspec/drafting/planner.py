@@ -7,8 +7,8 @@ target alone, and the best wins. With a fixed k the first drafter with something
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel, amortized, best_k

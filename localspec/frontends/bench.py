@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from localspec.api import LocalSpec
 from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
-from localspec.drafting.calibration import save_costs
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
-from localspec.runtime import RunConfig, draft_model_of, load_engine
+from localspec.runtime import RunConfig
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,13 @@ class Strategy:
     ngram: bool = True
 
     def config(self, base: RunConfig) -> RunConfig:
-        return replace(base, k=self.k, draft=base.draft if self.draft == "auto" else self.draft,
-                       no_draft=self.no_draft, ngram=self.ngram)
+        return replace(
+            base,
+            k=self.k,
+            draft=base.draft if self.draft == "auto" else self.draft,
+            no_draft=self.no_draft,
+            ngram=self.ngram,
+        )
 
 
 STRATEGIES = [
@@ -52,6 +58,7 @@ def load_prompts(path: Path | None) -> list[dict[str, str]]:
     """The built-in prompt set, or a JSONL file of {"prompt": ..., "task": optional name}."""
     if path is None:
         from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
+
         return BUILTIN_PROMPTS
     try:
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -59,7 +66,7 @@ def load_prompts(path: Path | None) -> list[dict[str, str]]:
     except OSError as e:
         raise LocalspecError(f"cannot read {path}: {e.strerror}") from None
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise LocalspecError(f"{path}: each line must be a JSON object with a \"prompt\"") from None
+        raise LocalspecError(f'{path}: each line must be a JSON object with a "prompt"') from None
 
 
 def ideal_speedup(alpha: float | None, k: float, c: float) -> float | None:
@@ -121,31 +128,53 @@ def _row(strategy: str, task: str, t: Totals, base: Totals, c: float, cost: Cost
     overhead = 1 - (s.target_seconds + s.draft_seconds) / s.wall_seconds if measured else None
     ideal = ideal_speedup(s.acceptance_rate, mean_k, c)
     ideal_here = measured_ideal(s.acceptance_rate, mean_k, c, cost)
-    return {"strategy": strategy, "task": task, "prompt_tokens": s.prompt_tokens,
-            "completion_tokens": s.completion_tokens,
-            "load_seconds": t.load_seconds, "prefill_seconds": s.prefill_seconds,
-            "time_to_first_token": t.first_token_seconds, "decode_seconds": s.wall_seconds,
-            "total_seconds": t.total_seconds,
-            "total_speedup": base.total_seconds / total_here if total_here else None,
-            "first_token_ratio": t.first_token_seconds / base.first_token_seconds if base.first_token_seconds else None,
-            "tokens_per_second": tps, "clock_tokens_per_second": t.clock, "speedup": speedup,
-            "acceptance_rate": s.acceptance_rate,
-            "tokens_per_pass": s.tokens_per_pass, "mean_k": mean_k, "cost_ratio": c,
-            "ideal_speedup": ideal, "efficiency": speedup / ideal if speedup and ideal else None,
-            "ideal_speedup_measured_costs": ideal_here,
-            "efficiency_measured_costs": speedup / ideal_here if speedup and ideal_here else None,
-            "python_overhead": overhead, "wall_seconds": s.wall_seconds}
+    return {
+        "strategy": strategy,
+        "task": task,
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "load_seconds": t.load_seconds,
+        "prefill_seconds": s.prefill_seconds,
+        "time_to_first_token": t.first_token_seconds,
+        "decode_seconds": s.wall_seconds,
+        "total_seconds": t.total_seconds,
+        "total_speedup": base.total_seconds / total_here if total_here else None,
+        "first_token_ratio": t.first_token_seconds / base.first_token_seconds if base.first_token_seconds else None,
+        "tokens_per_second": tps,
+        "clock_tokens_per_second": t.clock,
+        "speedup": speedup,
+        "acceptance_rate": s.acceptance_rate,
+        "tokens_per_pass": s.tokens_per_pass,
+        "mean_k": mean_k,
+        "cost_ratio": c,
+        "ideal_speedup": ideal,
+        "efficiency": speedup / ideal if speedup and ideal else None,
+        "ideal_speedup_measured_costs": ideal_here,
+        "efficiency_measured_costs": speedup / ideal_here if speedup and ideal_here else None,
+        "python_overhead": overhead,
+        "wall_seconds": s.wall_seconds,
+    }
 
 
-def _lookup_reference(target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None,
-                      sampler: SamplerSettings, seed: int) -> Iterator[object]:
+def _lookup_reference(
+    target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None, sampler: SamplerSettings, seed: int
+) -> Iterator[object]:
     """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), loaded now: a step per token."""
     from localspec.llama.lookup import prompt_lookup_llama
 
     llm = prompt_lookup_llama(target_path, n_ctx=len(prompt) + max_tokens + 64, n_threads=n_threads)
-    return iter(llm.create_completion(prompt, max_tokens=max_tokens, temperature=sampler.temperature,
-                                      top_k=sampler.top_k, top_p=sampler.top_p, min_p=sampler.min_p,
-                                      seed=seed, stream=True))
+    return iter(
+        llm.create_completion(
+            prompt,
+            max_tokens=max_tokens,
+            temperature=sampler.temperature,
+            top_k=sampler.top_k,
+            top_p=sampler.top_p,
+            min_p=sampler.min_p,
+            seed=seed,
+            stream=True,
+        )
+    )
 
 
 def _counted(steps: Iterator[object], stats: Stats) -> Iterator[object]:
@@ -158,7 +187,8 @@ class _Timed:
     """A generator stepped from outside, and the seconds spent inside it."""
 
     def __init__(self, steps: Iterator[object]) -> None:
-        self.steps, self.seconds, self.first_step, self.done = steps, 0.0, None, False
+        self.steps, self.seconds, self.done = steps, 0.0, False
+        self.first_step: float | None = None
 
     @property
     def paced(self) -> float:
@@ -187,7 +217,8 @@ class _Clock:
     def __init__(self, twin: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
         self.engine = Engine(twin, [], sampler, 0, seed)
         self.prompt, self.max_tokens = prompt, max_tokens
-        self.tokens, self.first_prefill = 0, None  # tokens of the generations finished so far
+        self.tokens = 0  # tokens of the generations finished so far
+        self.first_prefill: float | None = None
         self.timed = _Timed(self._forever())
 
     def _forever(self) -> Iterator[object]:
@@ -229,9 +260,18 @@ def _paired(run: _Timed, clock: _Clock) -> float | None:
     return clock.speed()
 
 
-def run_bench(base: RunConfig, twin: Model, cost: CostModel, prompts: list[dict[str, str]], *, max_tokens: int,
-              strategies: list[Strategy], lookup: bool, repeat: int = 1,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_bench(
+    base: RunConfig,
+    twin: Model,
+    cost: CostModel,
+    prompts: list[dict[str, str]],
+    *,
+    max_tokens: int,
+    strategies: list[Strategy],
+    lookup: bool,
+    repeat: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run every strategy on every prompt as `localspec generate` would: load, prefill, decode.
 
     Each run loads its models afresh (what the user waits for) and is paired with a clock:
@@ -246,43 +286,53 @@ def run_bench(base: RunConfig, twin: Model, cost: CostModel, prompts: list[dict[
         prompt = chat_tokens(twin, [{"role": "user", "content": p["prompt"]}])
         totals = {st.name: Totals() for st in strategies}
         for r in range(repeat):
-            for st in strategies[r % len(strategies):] + strategies[:r % len(strategies)]:
+            for st in strategies[r % len(strategies) :] + strategies[: r % len(strategies)]:
                 t0 = time.perf_counter()
-                engine = load_engine(st.config(base))
+                spec = LocalSpec.from_config(st.config(base))
+                engine = spec.engine
                 load = time.perf_counter() - t0
                 run = _Timed(engine.generate(prompt, max_tokens))
                 speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
                 engine.stats.wall_seconds = run.seconds - engine.stats.prefill_seconds  # its own steps only
                 totals[st.name].add(engine.stats, load, speed)
-                notes += [n for n in engine.notes if n not in notes]
-                if engine.cost is not None:
-                    save_costs(engine.target, draft_model_of(engine), engine.cost)
-                del engine, run  # free the models before the next run loads its own
+                notes += [n for n in spec.notes if n not in notes]
+                spec.save_costs()
+                del spec, engine, run  # free the models before the next run loads its own
                 if progress:
                     progress(f"{p['task']}: {st.name}")
         baseline = totals[strategies[0].name]
-        rows += [_row(st.name, p["task"], totals[st.name], baseline, c if st.k and not st.ngram else 0.0, cost)
-                 for st in strategies]
+        rows += [
+            _row(st.name, p["task"], totals[st.name], baseline, c if st.k and not st.ngram else 0.0, cost)
+            for st in strategies
+        ]
         if lookup:
             try:
                 t0 = time.perf_counter()
-                stats, steps = Stats(), _lookup_reference(twin.path, prompt, max_tokens, twin.n_threads, sampler,
-                                                          seed)
+                stats, steps = Stats(), _lookup_reference(twin.path, prompt, max_tokens, twin.n_threads, sampler, seed)
                 load = time.perf_counter() - t0
                 run = _Timed(_counted(steps, stats))
                 speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
-                stats.prompt_tokens, stats.prefill_seconds, stats.wall_seconds = len(prompt), run.first_step or 0.0, run.paced
+                stats.prompt_tokens, stats.prefill_seconds, stats.wall_seconds = (
+                    len(prompt),
+                    run.first_step or 0.0,
+                    run.paced,
+                )
                 stats.first_token_seconds = stats.prefill_seconds
                 stats.completion_tokens -= 1  # the first token's time is in the prefill
                 ref = Totals()
                 ref.add(stats, load, speed)
                 rows.append(_row(LOOKUP, p["task"], ref, baseline, 0.0, cost))
-            except Exception as e:  # noqa: BLE001 - a reference row: report its failure, go on
+            except Exception as e:
                 notes.append(f"{LOOKUP} failed on {p['task']}: {type(e).__name__}: {e}")
             if progress:
                 progress(f"{p['task']}: {LOOKUP}")
-    return {"rows": rows, "notes": notes, "cost_ratio": c,
-            "verify_costs_seconds": cost.curve(), "draft_token_seconds": cost.draft_token}
+    return {
+        "rows": rows,
+        "notes": notes,
+        "cost_ratio": c,
+        "verify_costs_seconds": cost.curve(),
+        "draft_token_seconds": cost.draft_token,
+    }
 
 
 def _fmt(v: float | None, spec: str) -> str:
@@ -292,25 +342,52 @@ def _fmt(v: float | None, spec: str) -> str:
 def print_table(result: dict[str, Any], console: Console) -> None:
     """The bench table: one row per strategy and task, the whole wait first, then the decode."""
     table = Table(title="localspec bench", header_style="bold")
-    cols = ("task", "strategy", "load s", "prefill s", "first tok s", "decode s", "total s", "total ×",
-            "tok/s", "decode ×", "α", "tok/pass", "ideal (here)", "eff. (here)", "python")
+    cols = (
+        "task",
+        "strategy",
+        "load s",
+        "prefill s",
+        "first tok s",
+        "decode s",
+        "total s",
+        "total ×",
+        "tok/s",
+        "decode ×",
+        "α",
+        "tok/pass",
+        "ideal (here)",
+        "eff. (here)",
+        "python",
+    )
     for col in cols:
         table.add_column(col, justify="left" if col in ("task", "strategy") else "right")
     for r in result["rows"]:
-        table.add_row(r["task"], r["strategy"], _fmt(r["load_seconds"], ".2f"), _fmt(r["prefill_seconds"], ".2f"),
-                      _fmt(r["time_to_first_token"], ".2f"), _fmt(r["decode_seconds"], ".2f"),
-                      _fmt(r["total_seconds"], ".2f"), _fmt(r["total_speedup"], ".2f"),
-                      _fmt(r["tokens_per_second"], ".1f"), _fmt(r["speedup"], ".2f"),
-                      _fmt(r["acceptance_rate"], ".2f"), _fmt(r["tokens_per_pass"], ".2f"),
-                      _fmt(r["ideal_speedup_measured_costs"], ".2f"), _fmt(r["efficiency_measured_costs"], ".0%"),
-                      _fmt(r["python_overhead"], ".1%"))
+        table.add_row(
+            r["task"],
+            r["strategy"],
+            _fmt(r["load_seconds"], ".2f"),
+            _fmt(r["prefill_seconds"], ".2f"),
+            _fmt(r["time_to_first_token"], ".2f"),
+            _fmt(r["decode_seconds"], ".2f"),
+            _fmt(r["total_seconds"], ".2f"),
+            _fmt(r["total_speedup"], ".2f"),
+            _fmt(r["tokens_per_second"], ".1f"),
+            _fmt(r["speedup"], ".2f"),
+            _fmt(r["acceptance_rate"], ".2f"),
+            _fmt(r["tokens_per_pass"], ".2f"),
+            _fmt(r["ideal_speedup_measured_costs"], ".2f"),
+            _fmt(r["efficiency_measured_costs"], ".0%"),
+            _fmt(r["python_overhead"], ".1%"),
+        )
     console.print(table)
-    console.print("times are summed over --repeat rounds, from the start of each run's model load · total ×: the "
-                  "target alone's total time over this row's (decode rescaled to the machine speed the target alone "
-                  "ran at) · decode ×: tok/s against the target alone, each measured against a clock (a second copy "
-                  "of the target decoding alone, run in turns alongside it) · ideal (here): the paper's speedup from α, "
-                  "priced with this machine's measured verify cost of k+1 tokens · python: share of decode wall time "
-                  "outside llama.cpp")
+    console.print(
+        "times are summed over --repeat rounds, from the start of each run's model load · total ×: the "
+        "target alone's total time over this row's (decode rescaled to the machine speed the target alone "
+        "ran at) · decode ×: tok/s against the target alone, each measured against a clock (a second copy "
+        "of the target decoding alone, run in turns alongside it) · ideal (here): the paper's speedup from α, "
+        "priced with this machine's measured verify cost of k+1 tokens · python: share of decode wall time "
+        "outside llama.cpp"
+    )
     for note in result["notes"]:
         console.print(f"note: {note}")
 
@@ -319,6 +396,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     """Bars of tok/s and acceptance rate per strategy, one group per task."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -329,9 +407,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 2.2 * len(tasks)), 8), sharex=True)
     width = 0.8 / len(strategies)
     for i, st in enumerate(strategies):
-        row = [next((r for r in rows if r["task"] == t and r["strategy"] == st), {}) for t in tasks]
-        speed, _ = (ax.bar([j + i * width for j in range(len(tasks))], [r.get(key) or 0 for r in row], width, label=st)
-                    for ax, key in zip(axes, ("tokens_per_second", "acceptance_rate")))
+        row: list[dict[str, Any]] = [
+            next((r for r in rows if r["task"] == t and r["strategy"] == st), {}) for t in tasks
+        ]
+        speed, _ = (
+            ax.bar([j + i * width for j in range(len(tasks))], [r.get(key) or 0 for r in row], width, label=st)
+            for ax, key in zip(axes, ("tokens_per_second", "acceptance_rate"), strict=False)
+        )
         speed_labels = [f"{r['total_speedup']:.2f}×" if r.get("total_speedup") else "" for r in row]
         axes[0].bar_label(speed, speed_labels, fontsize=6, rotation=90, padding=2)
     axes[0].margins(y=0.15)

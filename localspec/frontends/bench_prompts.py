@@ -50,7 +50,7 @@ def load_inventory(text: str) -> Inventory:
     return inventory
 '''
 
-_DOC = '''The city council met on Tuesday to discuss the proposed expansion of the public library system.
+_DOC = """The city council met on Tuesday to discuss the proposed expansion of the public library system.
 The plan would add three branch libraries in the northern districts, extend opening hours at the
 central library to 10 p.m. on weekdays, and create a mobile library service for the rural areas at
 the edge of the city. Supporters argued that the northern districts have grown by nearly forty
@@ -61,7 +61,7 @@ needs for less money. The library director presented survey results showing that
 residents visited a library at least once last year, and that demand for study rooms exceeds
 supply by a factor of three during exam periods. After four hours of debate the council voted
 seven to four to fund the first branch library and the extended hours, and to revisit the mobile
-service and the remaining two branches in next year's budget.'''
+service and the remaining two branches in next year's budget."""
 
 _RENAME = '''"""A token bucket that limits how often clients may call an API."""
 
@@ -129,7 +129,7 @@ def limited(bucket: TokenBucket, func):
     return wrapper
 '''
 
-_UNTYPED = '''import csv
+_UNTYPED = """import csv
 import statistics
 from collections import defaultdict
 
@@ -181,7 +181,7 @@ def report(path, key="category", field="amount"):
     if stats:
         lines.append(f"{stats['count']} rows, mean {stats['mean']:.2f}, median {stats['median']:.2f}")
     return "\\n".join(lines)
-'''
+"""
 
 _BUGGY = '''"""A small in-memory key-value store with expiry, snapshots and a command parser."""
 
@@ -329,7 +329,7 @@ def repl(store: Store | None = None) -> None:
             print(f"error: {e}")
 '''
 
-_INCIDENT = '''Incident report: checkout outage, 14 March
+_INCIDENT = """Incident report: checkout outage, 14 March
 
 Summary: between 09:12 and 10:47 UTC about 38 percent of checkout requests failed with HTTP 502
 errors. The cause was a configuration change to the payment gateway's connection pool, deployed at
@@ -348,30 +348,49 @@ customers within the hour. Estimated lost revenue is 310,000 euros.
 
 Actions: add the connection pool size to the deployment checklist; alert on pool exhaustion
 directly; require a second reviewer for gateway configuration changes; and add a runbook entry
-that tells on-call engineers to check recent deployments before investigating the database.'''
+that tells on-call engineers to check recent deployments before investigating the database."""
 
 
 BUILTIN_PROMPTS: list[dict[str, str]] = [
-    {"task": "edit-rename", "prompt": "Rename the class `TokenBucket` to `RateLimiter` everywhere in this "
-     "module, in the code, the docstrings and the messages. Reply with the complete updated module only.\n\n"
-     "```python\n" + _RENAME + "```"},
-    {"task": "edit-types", "prompt": "Add type hints to every function in this module (parameters and return "
-     "types), changing nothing else. Reply with the complete module only.\n\n```python\n" + _UNTYPED + "```"},
-    {"task": "edit-bugfix", "prompt": "There is one bug in this file: `incr` on a key whose entry has expired "
-     "keeps the old expiry, so the new value vanishes at once. Fix it and reply with the complete corrected "
-     "file only.\n\n```python\n" + _BUGGY + "```"},
-    {"task": "edit-code", "prompt": "Rename the class `Inventory` to `Stockroom` and the method `add_item` "
-     "to `put` everywhere in this code. Reply with the complete updated code only.\n\n```python\n"
-     + _CODE + "```"},
-    {"task": "summarize", "prompt": "Summarize this news article in three sentences, keeping the numbers:\n\n"
-     + _DOC},
-    {"task": "summarize-2", "prompt": "Summarize this incident report for the engineering team as a short "
-     "paragraph followed by the list of actions:\n\n" + _INCIDENT},
-    {"task": "chat", "prompt": "I am planning a weekend trip to the mountains in autumn. "
-     "What should I pack, and what should I watch out for?"},
+    {
+        "task": "edit-rename",
+        "prompt": "Rename the class `TokenBucket` to `RateLimiter` everywhere in this "
+        "module, in the code, the docstrings and the messages. Reply with the complete updated module only.\n\n"
+        "```python\n" + _RENAME + "```",
+    },
+    {
+        "task": "edit-types",
+        "prompt": "Add type hints to every function in this module (parameters and return "
+        "types), changing nothing else. Reply with the complete module only.\n\n```python\n" + _UNTYPED + "```",
+    },
+    {
+        "task": "edit-bugfix",
+        "prompt": "There is one bug in this file: `incr` on a key whose entry has expired "
+        "keeps the old expiry, so the new value vanishes at once. Fix it and reply with the complete corrected "
+        "file only.\n\n```python\n" + _BUGGY + "```",
+    },
+    {
+        "task": "edit-code",
+        "prompt": "Rename the class `Inventory` to `Stockroom` and the method `add_item` "
+        "to `put` everywhere in this code. Reply with the complete updated code only.\n\n```python\n" + _CODE + "```",
+    },
+    {"task": "summarize", "prompt": "Summarize this news article in three sentences, keeping the numbers:\n\n" + _DOC},
+    {
+        "task": "summarize-2",
+        "prompt": "Summarize this incident report for the engineering team as a short "
+        "paragraph followed by the list of actions:\n\n" + _INCIDENT,
+    },
+    {
+        "task": "chat",
+        "prompt": "I am planning a weekend trip to the mountains in autumn. "
+        "What should I pack, and what should I watch out for?",
+    },
     {"task": "chat-2", "prompt": "What are the pros and cons of working from home? Give a balanced view."},
     {"task": "short-haiku", "prompt": "Write a haiku about the sea."},
     {"task": "short-fact", "prompt": "What is the capital of Australia?"},
-    {"task": "write-code", "prompt": "Write a Python function that parses a CSV file of transactions "
-     "(date, description, amount) and returns the total amount per month, with a docstring and type hints."},
+    {
+        "task": "write-code",
+        "prompt": "Write a Python function that parses a CSV file of transactions "
+        "(date, description, amount) and returns the total amount per month, with a docstring and type hints.",
+    },
 ]

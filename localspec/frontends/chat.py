@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 from prompt_toolkit import PromptSession
@@ -16,21 +18,42 @@ from prompt_toolkit.key_binding import KeyBindings
 from localspec.core.conversation import Conversation
 from localspec.errors import LocalspecError
 from localspec.runtime import draft_model_of
-from localspec.limits import check
+from localspec.settings import CHAT_SETTABLE, SETTINGS
 
 DRAFT_COLOR, RESET = "\x1b[36m", "\x1b[0m"
-SETTABLE = ("k", "temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
-HELP = """commands:
-  /help                 this help
-  /set NAME VALUE       set k (a number or auto), temperature, top_p, top_k, min_p, max_tokens or seed
-  /stats                last reply and session: tokens, tok/s, acceptance, tokens per pass, prefill
-  /clear                start a new conversation (caches reset)
-  /system TEXT          set the system prompt (starts a new conversation)
-  /save FILE            save the conversation as JSON
-  /load FILE            load a saved conversation (and prefill it)
-  /color on|off         color accepted draft tokens (cyan) apart from the target's own
-  /exit                 leave (Ctrl-D does too)
-keys: Enter sends · Alt+Enter or Esc Enter adds a newline · Ctrl-C stops a reply or clears the line"""
+KEYS_HELP = "keys: Enter sends · Alt+Enter or Esc Enter adds a newline · Ctrl-C stops a reply or clears the line"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A slash command: its help line, what it completes, and what it does with its argument."""
+
+    name: str
+    usage: str
+    help: str
+    run: Callable[[Repl, str], None]
+    completes: dict[str, Any] | None = None
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(
+    name: str, usage: str, help: str, completes: dict[str, Any] | None = None
+) -> Callable[[Callable[[Repl, str], None]], Callable[[Repl, str], None]]:
+    """Register a slash command (the /help text, completion and dispatch all come from COMMANDS)."""
+
+    def register(run: Callable[[Repl, str], None]) -> Callable[[Repl, str], None]:
+        COMMANDS[name] = Command(name, usage, help, run, completes)
+        return run
+
+    return register
+
+
+def help_text() -> str:
+    """The /help text: one line per command, then the keys."""
+    lines = [f"  {c.name + (' ' + c.usage if c.usage else ''):21} {c.help}" for c in COMMANDS.values()]
+    return "\n".join(["commands:", *lines, KEYS_HELP])
 
 
 class Exit(Exception):
@@ -50,8 +73,17 @@ def _keys() -> KeyBindings:
 class Repl:
     """Read a line, answer it or run a slash command, until /exit or Ctrl-D."""
 
-    def __init__(self, conv: Conversation, *, out: TextIO | None = None, color: bool | None = None,
-                 history: Path | None = None, autosave: Path | None = None, pt_input=None, pt_output=None) -> None:
+    def __init__(
+        self,
+        conv: Conversation,
+        *,
+        out: TextIO | None = None,
+        color: bool | None = None,
+        history: Path | None = None,
+        autosave: Path | None = None,
+        pt_input=None,
+        pt_output=None,
+    ) -> None:
         self.conv, self.autosave = conv, autosave
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
@@ -59,11 +91,12 @@ class Repl:
             history.parent.mkdir(parents=True, exist_ok=True)
         self.session: PromptSession = PromptSession(
             history=FileHistory(str(history)) if history else InMemoryHistory(),
-            completer=NestedCompleter.from_nested_dict({
-                "/help": None, "/set": {name: None for name in SETTABLE}, "/stats": None, "/clear": None,
-                "/system": None, "/save": None, "/load": None, "/color": {"on": None, "off": None},
-                "/exit": None}),
-            key_bindings=_keys(), bottom_toolbar=self._toolbar, input=pt_input, output=pt_output)
+            completer=NestedCompleter.from_nested_dict({c.name: c.completes for c in COMMANDS.values()}),
+            key_bindings=_keys(),
+            bottom_toolbar=self._toolbar,
+            input=pt_input,
+            output=pt_output,
+        )
 
     def _write(self, text: str) -> None:
         self.out.write(text)
@@ -126,68 +159,100 @@ class Repl:
     def command(self, line: str) -> None:
         """Run one slash command; a bad one raises LocalspecError (shown as one line)."""
         name, _, arg = line.partition(" ")
-        arg = arg.strip()
-        conv, engine = self.conv, self.conv.engine
-        if name == "/help":
-            self._say(HELP)
-        elif name == "/exit":
-            raise Exit
-        elif name == "/set":
-            if len(arg.split()) != 2:
-                _bad("usage: /set NAME VALUE")
-            self._set(*arg.split())
-        elif name == "/stats":
-            self._say(f"last reply: {conv.last.summary()}" if conv.last else "last reply: none yet")
-            self._say(f"session ({conv.replies} replies): {conv.totals.summary()}")
-        elif name == "/clear":
-            conv.clear()
-            self._say("new conversation")
-        elif name == "/system":
-            if not arg:
-                _bad("usage: /system TEXT")
-            conv.system = arg
-            conv.clear()
-            conv.prefill()
-            self._say("system prompt set; new conversation")
-        elif name in ("/save", "/load"):
-            if not arg:
-                _bad(f"usage: {name} FILE")
-            getattr(conv, name[1:])(Path(arg))
-            self._say(f"{'saved' if name == '/save' else 'loaded'} {arg} ({len(conv.messages)} messages)")
-        elif name == "/color":
-            if arg not in ("on", "off"):
-                _bad("usage: /color on|off")
-            self.color = arg == "on"
-        else:
+        if name not in COMMANDS:
             _bad(f"unknown command {name} (try /help)")
-
-    def _set(self, name: str, raw: str) -> None:
-        engine, conv = self.conv.engine, self.conv
-        if name not in SETTABLE:
-            _bad(f"cannot set {name!r}; settable: {', '.join(SETTABLE)}")
-        if name == "k" and raw == "auto":
-            if engine.cost is None:
-                _bad("k auto needs the measured costs: start chat with --k auto (the default)")
-            engine.k = None
-            self._say("k = auto")
-            return
-        is_int = name in ("k", "top_k", "max_tokens", "seed")
-        try:
-            value = check(name, int(raw) if is_int else float(raw))
-        except ValueError as e:
-            _bad(f"{name}: {raw!r} is not valid ({e if 'must' in str(e) else 'not a number'})")
-        if name == "k":
-            if not engine.drafters and value > 0:
-                _bad("nothing drafts (started with --no-draft)")
-            engine.k = value
-        elif name == "max_tokens":
-            conv.max_tokens = value
-        elif name == "seed":
-            engine.rng = np.random.default_rng(value)
-        else:
-            engine.sampler = dataclasses.replace(engine.sampler, **{name: value})
-        self._say(f"{name} = {value:g}")
+        COMMANDS[name].run(self, arg.strip())
 
 
-def _bad(message: str) -> None:
+def _bad(message: str) -> NoReturn:
     raise LocalspecError(message)
+
+
+@command("/help", "", "this help")
+def _help(repl: Repl, arg: str) -> None:
+    repl._say(help_text())
+
+
+@command(
+    "/set",
+    "NAME VALUE",
+    "set " + ", ".join(CHAT_SETTABLE[:-1]) + " or " + CHAT_SETTABLE[-1] + " (k: a number or auto)",
+    {name: None for name in CHAT_SETTABLE},
+)
+def _set(repl: Repl, arg: str) -> None:
+    if len(arg.split()) != 2:
+        _bad("usage: /set NAME VALUE")
+    name, raw = arg.split()
+    engine, conv = repl.conv.engine, repl.conv
+    if name not in CHAT_SETTABLE:
+        _bad(f"cannot set {name!r}; settable: {', '.join(CHAT_SETTABLE)}")
+    try:
+        value = SETTINGS[name].parse(raw)
+    except ValueError as e:
+        _bad(f"{name}: {raw!r} is not valid ({e})")
+    if name == "k":
+        if value == "auto" and engine.cost is None:
+            _bad("k auto needs the measured costs: start chat with --k auto (the default)")
+        if value != "auto" and not engine.drafters and value > 0:  # type: ignore[operator]
+            _bad("nothing drafts (started with --no-draft)")
+        engine.k = None if value == "auto" else value  # type: ignore[assignment]
+    elif name == "max_tokens":
+        conv.max_tokens = value  # type: ignore[assignment]
+    elif name == "seed":
+        engine.rng = np.random.default_rng(value)  # type: ignore[arg-type]
+    else:
+        engine.sampler = dataclasses.replace(engine.sampler, **{name: value})  # type: ignore[arg-type]
+    repl._say(f"{name} = {value if isinstance(value, str) else format(value, 'g')}")
+
+
+@command("/stats", "", "last reply and session: tokens, tok/s, acceptance, tokens per pass, prefill, first token")
+def _stats(repl: Repl, arg: str) -> None:
+    conv = repl.conv
+    repl._say(f"last reply: {conv.last.summary()}" if conv.last else "last reply: none yet")
+    repl._say(f"session ({conv.replies} replies): {conv.totals.summary()}")
+
+
+@command("/clear", "", "start a new conversation (caches reset)")
+def _clear(repl: Repl, arg: str) -> None:
+    repl.conv.clear()
+    repl._say("new conversation")
+
+
+@command("/system", "TEXT", "set the system prompt (starts a new conversation)")
+def _system(repl: Repl, arg: str) -> None:
+    if not arg:
+        _bad("usage: /system TEXT")
+    repl.conv.system = arg
+    repl.conv.clear()
+    repl.conv.prefill()
+    repl._say("system prompt set; new conversation")
+
+
+@command("/save", "FILE", "save the conversation as JSON")
+def _save(repl: Repl, arg: str) -> None:
+    if not arg:
+        _bad("usage: /save FILE")
+    repl.conv.save(Path(arg))
+    repl._say(f"saved {arg} ({len(repl.conv.messages)} messages)")
+
+
+@command("/load", "FILE", "load a saved conversation (and prefill it)")
+def _load(repl: Repl, arg: str) -> None:
+    if not arg:
+        _bad("usage: /load FILE")
+    repl.conv.load(Path(arg))
+    repl._say(f"loaded {arg} ({len(repl.conv.messages)} messages)")
+
+
+@command(
+    "/color", "on|off", "color accepted draft tokens (cyan) apart from the target's own", {"on": None, "off": None}
+)
+def _color(repl: Repl, arg: str) -> None:
+    if arg not in ("on", "off"):
+        _bad("usage: /color on|off")
+    repl.color = arg == "on"
+
+
+@command("/exit", "", "leave (Ctrl-D does too)")
+def _exit(repl: Repl, arg: str) -> None:
+    raise Exit

@@ -46,8 +46,10 @@ def probe(path: Path, *, seconds: float = 3.0, threads: int | None = None, gpu_l
 def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
     """Whether `generate` loads the draft model here, from the measured costs (default settings)."""
     layers = 999 if gpu_offload_supported() else 0
-    cost = cached_costs(model_key(target, threads=threads, gpu_layers=layers, ctx=ctx),
-                        model_key(draft, threads=threads, gpu_layers=layers, ctx=ctx))
+    cost = cached_costs(
+        model_key(target, threads=threads, gpu_layers=layers, ctx=ctx),
+        model_key(draft, threads=threads, gpu_layers=layers, ctx=ctx),
+    )
     if cost is None:
         return "not measured yet (the first `localspec generate` measures it)"
     ratio = f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"

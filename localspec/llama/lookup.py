@@ -18,5 +18,12 @@ def prompt_lookup_llama(path: Path, *, n_ctx: int, n_threads: int | None) -> lla
     with a numpy broadcast error. That array is n_ctx x n_vocab floats, so this reference (only) runs
     with a context just big enough for the prompt and the answer; localspec asks only where needed.
     """
-    return new_llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                     logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
+    return new_llama(
+        model_path=str(path),
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        logits_all=True,
+        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+        verbose=False,
+    )

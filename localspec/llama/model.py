@@ -12,6 +12,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -69,7 +70,7 @@ def amx_weights_disabled() -> bool:
     return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode("utf-8", "replace")
 
 
-def new_llama(**kwargs: object) -> llama_cpp.Llama:
+def new_llama(**kwargs: Any) -> llama_cpp.Llama:
     """llama_cpp.Llama(**kwargs), with weights kept out of AMX buffers where amx_weights_disabled()."""
     if not amx_weights_disabled():
         return llama_cpp.Llama(**kwargs)
@@ -91,18 +92,34 @@ def new_llama(**kwargs: object) -> llama_cpp.Llama:
 class Model:
     """A GGUF model with a tracked KV cache (sequence 0)."""
 
-    def __init__(self, path: Path, *, n_ctx: int = 4096, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512, flash_attn: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+        flash_attn: bool = False,
+    ) -> None:
         read_gguf(path)
         n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at the context; a larger one aborts natively
         try:
-            self.llm = new_llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
-                                 n_threads=n_threads, n_threads_batch=n_threads,
-                                 n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
-                                 # On CPU llama.cpp repacks the weights into its own buffers
-                                 # anyway; mmap would then hold a second copy of them in RSS.
-                                 use_mmap=n_gpu_layers > 0,
-                                 logits_all=False, verbose=False)
+            self.llm = new_llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_ubatch=n_batch,
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
+                n_gpu_layers=n_gpu_layers,
+                flash_attn=flash_attn,
+                # On CPU llama.cpp repacks the weights into its own buffers
+                # anyway; mmap would then hold a second copy of them in RSS.
+                use_mmap=n_gpu_layers > 0,
+                logits_all=False,
+                verbose=False,
+            )
         except (ValueError, RuntimeError) as e:
             raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None
         self.path = Path(path)
@@ -165,22 +182,23 @@ class Model:
         copy them to keep them longer.
         """
         if len(tokens) > self.n_ctx:
-            raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.n_ctx} "
-                              f"({len(tokens) - self.n_ctx} too many)")
+            raise ContextFull(
+                f"{len(tokens)} tokens do not fit the context of {self.n_ctx} ({len(tokens) - self.n_ctx} too many)"
+            )
         keep = 0
-        for keep, (a, b) in enumerate(zip(self.tokens, tokens)):  # noqa: B007
+        for keep, (a, b) in enumerate(zip(self.tokens, tokens, strict=False)):  # noqa: B007
             if a != b:
                 break
         else:
             keep = min(len(self.tokens), len(tokens))
         self.trim(min(keep, len(tokens) - n_logits))  # also drops anything an interrupt left untracked
-        return self._decode(tokens[len(self.tokens):], n_logits)
+        return self._decode(tokens[len(self.tokens) :], n_logits)
 
     def _decode(self, new: list[int], n_logits: int) -> np.ndarray:
         rows = []
         first_logit = len(new) - n_logits
         for start in range(0, len(new), self.n_batch):
-            chunk = new[start:start + self.n_batch]
+            chunk = new[start : start + self.n_batch]
             b, pos0 = self._batch, len(self.tokens)
             n_out = 0
             for i, tok in enumerate(chunk):

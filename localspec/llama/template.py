@@ -27,8 +27,11 @@ def _formatter(model: Model) -> Jinja2ChatFormatter:
         tid = meta.get(key)
         return model.token_text(int(tid)) if tid is not None else ""
 
-    return Jinja2ChatFormatter(template=template, eos_token=token("tokenizer.ggml.eos_token_id"),
-                               bos_token=token("tokenizer.ggml.bos_token_id"))
+    return Jinja2ChatFormatter(
+        template=template,
+        eos_token=token("tokenizer.ggml.eos_token_id"),
+        bos_token=token("tokenizer.ggml.bos_token_id"),
+    )
 
 
 def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:
@@ -40,11 +43,11 @@ def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt:
     fmt = _formatter(model)
     fmt.add_generation_prompt = add_generation_prompt
     slotted = [{"role": m["role"], "content": _SLOT.format(i)} for i, m in enumerate(messages)]
-    rendered = fmt(messages=slotted).prompt
+    rendered = fmt(messages=slotted).prompt  # type: ignore[arg-type]
     parts = re.split("\x00localspec-slot-(\\d+)\x00", rendered)
     if len(parts) != 2 * len(messages) + 1:  # the template transforms contents: render them in place
         plain = [{"role": m["role"], "content": m["content"]} for m in messages]
-        return model.tokenize(fmt(messages=plain).prompt, special=True)
+        return model.tokenize(fmt(messages=plain).prompt, special=True)  # type: ignore[arg-type]
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if i % 2:

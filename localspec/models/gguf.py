@@ -68,7 +68,7 @@ class GGUFInfo:
     @property
     def quantization(self) -> str:
         ftype = self.metadata.get("general.file_type")
-        return _FILE_TYPES.get(ftype, f"type {ftype}") if ftype is not None else "?"
+        return _FILE_TYPES.get(int(ftype), f"type {ftype}") if isinstance(ftype, int) else "?"
 
     @property
     def n_vocab(self) -> int:
@@ -180,7 +180,9 @@ def _parse(r: _Reader, path: Path, size: int, want_tokens: bool) -> GGUFInfo:
             block, nbytes = _GGML_TYPES[ttype]
             end = max(end, offset + elements // block * nbytes)
     info.n_tensors = n_tensors
-    align = int(info.metadata.get("general.alignment", 32))
+    align = info.metadata.get("general.alignment", 32)
+    if not isinstance(align, int) or align <= 0:
+        raise ValueError(f"bad alignment {align!r}")
     data_start = -(-r.pos // align) * align
     info.declared_size = data_start + end
     if info.declared_size > size:

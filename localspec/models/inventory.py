@@ -50,18 +50,18 @@ def _vocab_key(info: GGUFInfo) -> int:
 
 def _assign_roles(entries: list[Entry]) -> None:
     """A model can draft for a bigger one with its vocabulary, and be the target of a smaller one."""
-    ok = [e for e in entries if e.info]
-    keys = {id(e): _vocab_key(e.info) for e in ok}
-    for e in ok:
-        same = [o for o in ok if o is not e and keys[id(o)] == keys[id(e)]]
+    ok = [(e, e.info) for e in entries if e.info]
+    keys = {id(e): _vocab_key(info) for e, info in ok}
+    for e, info in ok:
+        same = [o for o, _ in ok if o is not e and keys[id(o)] == keys[id(e)]]
         roles = []
-        if any(o.info.n_params < e.info.n_params for o in same):
+        if any(o.info and o.info.n_params < info.n_params for o in same):
             roles.append("target")
-        if any(o.info.n_params > e.info.n_params for o in same):
+        if any(o.info and o.info.n_params > info.n_params for o in same):
             roles.append("draft")
         e.role = " / ".join(roles) or "target (no draft here shares its vocabulary; --draft ngram)"
-    for e in ok:
-        e.info.tokens_raw = None  # done with them: keep the listing light
+    for _, info in ok:
+        info.tokens_raw = None  # done with them: keep the listing light
     for e in entries:
         e.role = e.role or "unusable"
 

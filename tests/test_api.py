@@ -1,0 +1,84 @@
+"""The public Python API on the real models: the README's example, a new drafter, predictions."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from localspec import LocalSpec
+from localspec.core.sampling import SamplerSettings
+from localspec.drafting.base import Draft, Drafter, register
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_example_runs_as_written(target_path: Path, draft_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"<!-- api-example -->\s*```python\n(.*?)```", readme, re.S)
+    assert code, "the README's API example is marked with <!-- api-example -->"
+    proc = subprocess.run([sys.executable, "-c", code.group(1)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) >= 4 and any("tokens in" in line and "tok/s" in line for line in lines)
+    assert "return a + b" in proc.stdout
+
+
+class FixedList(Drafter):
+    """A test drafter: proposes the continuation of a fixed token list from where the output is."""
+
+    name = "fixed"
+    max_k: ClassVar[int] = 8
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens, self.prompt_len = tokens, 0
+
+    def start(self, prompt_len: int) -> None:
+        self.prompt_len = prompt_len
+
+    def survival(self, ctx: list[int], k_max: int) -> list[float]:
+        done = len(ctx) - self.prompt_len
+        return [0.99**j for j in range(1, len(self.tokens[done : done + k_max]) + 1)]
+
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+        done = len(ctx) - self.prompt_len
+        return Draft.copied(self.tokens[done : done + k])
+
+
+@pytest.fixture(scope="module")
+def alone(target_path: Path) -> LocalSpec:
+    return LocalSpec.load(no_draft=True, ctx=2048)
+
+
+PROMPT = "List the planets of the solar system, one per line."
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_a_new_drafter_is_one_class_and_a_registration(alone: LocalSpec, right: bool) -> None:
+    """Greedy output with the new drafter equals the target alone's, whether its proposals hold or not."""
+    run = alone.generate(PROMPT, temperature=0, max_tokens=40)
+    baseline, tokens = run.result(), run.tokens
+    proposals = tokens if right else [t + 1 for t in tokens]
+    register("fixed", lambda target: FixedList(proposals))
+    spec = LocalSpec.load(k=8, ngram=False, draft="ngram", drafters=["fixed"], ctx=2048)
+    out = spec.generate(PROMPT, temperature=0, max_tokens=40)
+    assert out.result() == baseline
+    drafted, accepted = out.stats.drafted_by["fixed"], out.stats.accepted_by.get("fixed", 0)
+    assert drafted > 0 and (accepted >= len(tokens) - 5 if right else accepted == 0)
+
+
+def test_prediction_speeds_up_without_changing_the_text(alone: LocalSpec) -> None:
+    code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    prompt = f"Rename the parameter w to width in this code; reply with the code only.\n\n{code}"
+    baseline = alone.generate(prompt, temperature=0, max_tokens=60).result()
+    spec = LocalSpec.load(draft="ngram", ctx=2048)
+    good = spec.generate(prompt, temperature=0, max_tokens=60, prediction=baseline)
+    assert good.result() == baseline
+    assert good.stats.accepted_by.get("prediction", 0) > len(good.tokens) // 2
+    wrong = spec.generate(prompt, temperature=0, max_tokens=60, prediction="Something else entirely.\n" * 5)
+    assert wrong.result() == baseline

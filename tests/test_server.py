@@ -1,0 +1,272 @@
+"""`localspec serve` as clients use it: the real server on a free local port, the official openai client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from conftest import run_cli
+
+CTX = "2048"
+MODEL = "qwen2.5-coder-1.5b-instruct"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A `localspec serve` subprocess, its base URL and its stderr (the access log)."""
+
+    def __init__(self, *args: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(os.environ["LOCALSPEC_DATA_DIR"]).parent / f"serve-{self.port}.log"
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "localspec", "serve", "--port", str(self.port), "--ctx", CTX, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log_path.read_text()
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        raise AssertionError("the server did not come up")
+
+    def client(self, key: str = "unused") -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, timeout=300)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        self.log.close()
+        return code
+
+
+@pytest.fixture(scope="module")
+def server(target_path: Path, draft_path: Path) -> Iterator[Server]:
+    s = Server()
+    yield s
+    assert s.stop() == 0  # SIGTERM shuts it down cleanly
+    assert "Traceback" not in s.log_path.read_text()
+
+
+def _chat(client: openai.OpenAI, content: str, **kw: object) -> openai.types.chat.ChatCompletion:
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], **kw)
+
+
+HAIKU = "Write a haiku about autumn leaves."
+
+
+def test_models_and_health(server: Server) -> None:
+    assert [m.id for m in server.client().models.list()] == [MODEL]
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+
+
+def test_greedy_chat_equals_generate_no_draft(server: Server) -> None:
+    reply = _chat(server.client(), HAIKU, temperature=0, max_tokens=40)
+    alone = run_cli("generate", "--json", "--no-draft", "--temperature", "0", "-n", "40", "--ctx", CTX, HAIKU)
+    assert alone.returncode == 0, alone.stderr
+    assert reply.choices[0].message.content == json.loads(alone.stdout)["text"]
+    assert reply.usage.completion_tokens == json.loads(alone.stdout)["completion_tokens"]
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert reply.usage.model_extra["localspec"]["target_passes"] >= 1
+
+
+def test_streamed_chat_with_usage_equals_the_whole_answer(server: Server) -> None:
+    whole = _chat(server.client(), HAIKU, temperature=0, max_tokens=40).choices[0].message.content
+    chunks = list(
+        _chat(server.client(), HAIKU, temperature=0, max_tokens=40, stream=True, stream_options={"include_usage": True})
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason in ("stop", "length")
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+
+
+def test_completions_streamed_and_not(server: Server) -> None:
+    client = server.client()
+    whole = client.completions.create(model=MODEL, prompt="def fibonacci(n):", max_tokens=30, temperature=0)
+    streamed = client.completions.create(
+        model=MODEL,
+        prompt="def fibonacci(n):",
+        max_tokens=30,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(streamed)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert whole.usage.completion_tokens == 30 and whole.choices[0].finish_reason == "length"
+    assert chunks[-1].usage.completion_tokens == 30
+
+
+def test_stop_max_tokens_and_seed(server: Server) -> None:
+    client = server.client()
+    short = _chat(client, "Count from 1 to 20, one number per line.", temperature=0, max_tokens=5)
+    assert short.usage.completion_tokens == 5 and short.choices[0].finish_reason == "length"
+    stopped = _chat(client, "Count from 1 to 20, one number per line.", temperature=0, max_tokens=80, stop=["7"])
+    assert stopped.choices[0].finish_reason == "stop" and "7" not in stopped.choices[0].message.content
+    assert "6" in stopped.choices[0].message.content
+    sampled = [
+        _chat(client, "Name a colour.", temperature=0.9, seed=11, max_tokens=12).choices[0].message.content
+        for _ in range(2)
+    ]
+    assert sampled[0] == sampled[1]
+
+
+CODE = (
+    'def total(items):\n    """Sum the prices."""\n    result = 0\n    for item in items:\n'
+    "        result += item.price\n    return result\n"
+)
+EDIT = f"Rename the variable result to acc in this code. Reply with the code only.\n\n```python\n{CODE}```"
+
+
+def test_prediction_is_used_and_changes_nothing(server: Server) -> None:
+    client = server.client()
+    plain = _chat(client, EDIT, temperature=0, max_tokens=80)
+    expected = plain.choices[0].message.content
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+    good = _chat(client, EDIT, temperature=0, max_tokens=80, prediction={"type": "content", "content": expected})
+    assert good.choices[0].message.content == expected
+    details = good.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > good.usage.completion_tokens // 2
+    parts = [{"type": "text", "text": "nothing like "}, {"type": "text", "text": "the answer\n" * 8}]
+    wrong = _chat(client, EDIT, temperature=0, max_tokens=80, prediction={"type": "content", "content": parts})
+    assert wrong.choices[0].message.content == expected
+
+
+def test_concurrent_clients_get_what_they_get_alone(server: Server) -> None:
+    prompts = [f"Give one fact about the number {n}." for n in (3, 7, 12, 40)]
+    alone = [_chat(server.client(), p, temperature=0, max_tokens=24).choices[0].message.content for p in prompts]
+    together: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        together[i] = _chat(server.client(), prompts[i], temperature=0, max_tokens=24).choices[0].message.content
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [together[i] for i in range(4)] == alone
+
+
+def _first_token_seconds(server: Server) -> float:
+    t0 = time.perf_counter()
+    for chunk in _chat(server.client(), "Say hello.", temperature=0, max_tokens=8, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            return time.perf_counter() - t0
+    raise AssertionError("no text came")
+
+
+def test_a_client_that_disconnects_frees_the_server(server: Server) -> None:
+    usual = min(_first_token_seconds(server) for _ in range(2))
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Write a very long story."}],
+        "max_tokens": 400,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=60) as response:
+        for n, _ in enumerate(response.iter_lines()):
+            if n >= 6:
+                break  # leave mid-stream
+    after = _first_token_seconds(server)
+    assert after < usual + 1.0, (usual, after)
+
+
+BAD = [
+    ("not json", 400, None),
+    ({"model": MODEL}, 400, "messages"),
+    ({"model": MODEL, "messages": "hello"}, 400, "messages"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, 400, "temperature"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": 50}, 400, "temperature"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "top_p": 0}, 400, "top_p"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools"),
+    (
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "presence_penalty": 0.5},
+        400,
+        "presence_penalty",
+    ),
+    ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "word " * 3000}]}, 400, "messages"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param"), BAD)
+def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(
+    server: Server, body: object, status: int, param: str | None
+) -> None:
+    content = body if isinstance(body, str) else json.dumps(body)
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions", content=content, headers={"Content-Type": "application/json"}, timeout=60
+    )
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["param"] == param
+    if param == "messages" and status == 400 and "word" in content:
+        assert error["code"] == "context_length_exceeded"
+    assert _chat(server.client(), "Say ok.", temperature=0, max_tokens=3).choices[0].message.content
+
+
+def test_api_key_and_queue_limit(target_path: Path) -> None:
+    s = Server("--api-key", "sesame", "--max-queue", "1", "--model-alias", "local")
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            s.client("wrong").models.list()
+        assert httpx.get(f"{s.url}/v1/models").status_code == 401
+        assert [m.id for m in s.client("sesame").models.list()] == ["local"]
+        body = {
+            "model": "local",
+            "messages": [{"role": "user", "content": "Write a long story."}],
+            "max_tokens": 200,
+            "temperature": 0,
+            "stream": True,
+        }
+        headers = {"Authorization": "Bearer sesame"}
+        with httpx.stream("POST", f"{s.url}/v1/chat/completions", json=body, headers=headers, timeout=60) as first:
+            next(first.iter_lines())  # running
+            waiter = threading.Thread(
+                target=lambda: httpx.post(
+                    f"{s.url}/v1/chat/completions",
+                    headers=headers,
+                    json={**body, "stream": False, "max_tokens": 2},
+                    timeout=120,
+                )
+            )
+            waiter.start()
+            time.sleep(1.0)  # queued behind the first
+            third = httpx.post(f"{s.url}/v1/chat/completions", json=body, headers=headers, timeout=60)
+            assert third.status_code == 503 and third.headers["Retry-After"]
+            assert third.json()["error"]["code"] == "queue_full"
+        waiter.join(timeout=120)
+    finally:
+        assert s.stop() == 0
+    log = s.log_path.read_text()
+    assert " 401 " in log and " 503 " in log and "Write a long story" not in log  # no prompts without --log-prompts

@@ -1,0 +1,110 @@
+"""Settings, the config file and command-line usage errors, in process and without a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from localspec.config import load_config
+from localspec.errors import LocalspecError
+from localspec.frontends.cli import app
+from localspec.settings import CHAT_SETTABLE, CONFIG_KEYS, SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "value"),
+    [
+        ("k", "auto", "auto"),
+        ("k", "8", 8),
+        ("temperature", "0", 0.0),
+        ("top_p", "1", 1.0),
+        ("seed", "42", 42),
+        ("flash_attn", "on", True),
+        ("max_tokens", "1", 1),
+    ],
+)
+def test_parse_accepts(name: str, text: str, value: object) -> None:
+    assert SETTINGS[name].parse(text) == value
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("k", "-1"),
+        ("k", "65"),
+        ("k", "x"),
+        ("k", "2.5"),
+        ("temperature", "nan"),
+        ("temperature", "inf"),
+        ("top_p", "0"),
+        ("min_p", "2"),
+        ("max_tokens", "0"),
+        ("seed", "-5"),
+        ("ctx", "1"),
+        ("flash_attn", "maybe"),
+    ],
+)
+def test_parse_refuses_with_what_is_wanted(name: str, text: str) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        SETTINGS[name].parse(text)
+
+
+def test_every_setting_has_help_and_a_valid_default() -> None:
+    for setting in SETTINGS.values():
+        assert setting.help.endswith(".") and setting.flags[0].startswith("--")
+        assert setting.check(setting.default) == setting.default
+    assert set(CHAT_SETTABLE) <= set(SETTINGS) and set(CONFIG_KEYS) <= set(SETTINGS)
+
+
+def test_config_file_is_checked_against_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('k = "auto"\ntemperature = 0.2\nctx = 8192\nflash_attn = true\n')
+    assert load_config(path) == {"k": "auto", "temperature": 0.2, "ctx": 8192, "flash_attn": True}
+    for bad, why in [
+        ("ctx = 10.5", "whole number"),
+        ("temperature = -1", "temperature"),
+        ("flash_attn = 1", "true or false"),
+        ("volume = 3", "unknown setting"),
+        ("k = [1]", "auto"),
+    ]:
+        path.write_text(bad + "\n")
+        with pytest.raises(LocalspecError, match=why):
+            load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--k", "-1"),
+        ("--k", "1000"),
+        ("--temperature", "nan"),
+        ("--top-p", "0"),
+        ("--min-p", "2"),
+        ("--max-tokens", "0"),
+        ("--ctx", "1"),
+        ("--threads", "0"),
+        ("--temperature", "inf"),
+        ("--seed", "x"),
+    ],
+)
+def test_bad_flag_values_are_usage_errors_naming_the_flag(flag: str, value: str) -> None:
+    result = CliRunner().invoke(app, ["generate", "hello", flag, value])
+    assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output
+
+
+def test_every_option_has_help() -> None:
+    import click
+    import typer.main
+
+    def commands(group: click.Group) -> list[tuple[str, click.Command]]:
+        found: list[tuple[str, click.Command]] = []
+        for name, sub in group.commands.items():
+            found += commands(sub) if isinstance(sub, click.Group) else [(name, sub)]
+        return found
+
+    for name, command in commands(typer.main.get_command(app)):  # type: ignore[arg-type]
+        assert command.help, name
+        for param in command.params:
+            assert isinstance(param, click.Argument) or getattr(param, "help", None), f"{name} {param.name}"
