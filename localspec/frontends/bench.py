@@ -339,46 +339,32 @@ def _fmt(v: float | None, spec: str) -> str:
     return "–" if v is None else format(v, spec)
 
 
+_COLUMNS = [  # (header, row key, format; None: as it is)
+    ("task", "task", None),
+    ("strategy", "strategy", None),
+    ("load s", "load_seconds", ".2f"),
+    ("prefill s", "prefill_seconds", ".2f"),
+    ("first tok s", "time_to_first_token", ".2f"),
+    ("decode s", "decode_seconds", ".2f"),
+    ("total s", "total_seconds", ".2f"),
+    ("total ×", "total_speedup", ".2f"),
+    ("tok/s", "tokens_per_second", ".1f"),
+    ("decode ×", "speedup", ".2f"),
+    ("α", "acceptance_rate", ".2f"),
+    ("tok/pass", "tokens_per_pass", ".2f"),
+    ("ideal (here)", "ideal_speedup_measured_costs", ".2f"),
+    ("eff. (here)", "efficiency_measured_costs", ".0%"),
+    ("python", "python_overhead", ".1%"),
+]
+
+
 def print_table(result: dict[str, Any], console: Console) -> None:
     """The bench table: one row per strategy and task, the whole wait first, then the decode."""
     table = Table(title="localspec bench", header_style="bold")
-    cols = (
-        "task",
-        "strategy",
-        "load s",
-        "prefill s",
-        "first tok s",
-        "decode s",
-        "total s",
-        "total ×",
-        "tok/s",
-        "decode ×",
-        "α",
-        "tok/pass",
-        "ideal (here)",
-        "eff. (here)",
-        "python",
-    )
-    for col in cols:
+    for col, _, _ in _COLUMNS:
         table.add_column(col, justify="left" if col in ("task", "strategy") else "right")
     for r in result["rows"]:
-        table.add_row(
-            r["task"],
-            r["strategy"],
-            _fmt(r["load_seconds"], ".2f"),
-            _fmt(r["prefill_seconds"], ".2f"),
-            _fmt(r["time_to_first_token"], ".2f"),
-            _fmt(r["decode_seconds"], ".2f"),
-            _fmt(r["total_seconds"], ".2f"),
-            _fmt(r["total_speedup"], ".2f"),
-            _fmt(r["tokens_per_second"], ".1f"),
-            _fmt(r["speedup"], ".2f"),
-            _fmt(r["acceptance_rate"], ".2f"),
-            _fmt(r["tokens_per_pass"], ".2f"),
-            _fmt(r["ideal_speedup_measured_costs"], ".2f"),
-            _fmt(r["efficiency_measured_costs"], ".0%"),
-            _fmt(r["python_overhead"], ".1%"),
-        )
+        table.add_row(*(r[key] if spec is None else _fmt(r[key], spec) for _, key, spec in _COLUMNS))
     console.print(table)
     console.print(
         "times are summed over --repeat rounds, from the start of each run's model load · total ×: the "

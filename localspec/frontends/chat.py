@@ -228,20 +228,18 @@ def _system(repl: Repl, arg: str) -> None:
     repl._say("system prompt set; new conversation")
 
 
-@command("/save", "FILE", "save the conversation as JSON")
-def _save(repl: Repl, arg: str) -> None:
-    if not arg:
-        _bad("usage: /save FILE")
-    repl.conv.save(Path(arg))
-    repl._say(f"saved {arg} ({len(repl.conv.messages)} messages)")
+def _conversation_file(action: str, done: str) -> Callable[[Repl, str], None]:
+    def run(repl: Repl, arg: str) -> None:
+        if not arg:
+            _bad(f"usage: /{action} FILE")
+        getattr(repl.conv, action)(Path(arg))
+        repl._say(f"{done} {arg} ({len(repl.conv.messages)} messages)")
+
+    return run
 
 
-@command("/load", "FILE", "load a saved conversation (and prefill it)")
-def _load(repl: Repl, arg: str) -> None:
-    if not arg:
-        _bad("usage: /load FILE")
-    repl.conv.load(Path(arg))
-    repl._say(f"loaded {arg} ({len(repl.conv.messages)} messages)")
+command("/save", "FILE", "save the conversation as JSON")(_conversation_file("save", "saved"))
+command("/load", "FILE", "load a saved conversation (and prefill it)")(_conversation_file("load", "loaded"))
 
 
 @command(
