@@ -25,6 +25,9 @@ from localspec.drafting.base import Draft, Drafter
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
+# The answer repeating its own text is drafted only once the match is this long: in prose, shorter echoes
+# ("can lead to", a list number) break at once (replay: chat-2 0.97 -> 0.99x, nothing else changes).
+_MIN_ECHO = 6
 # Prior counts of copied tokens by run length, against one break in each bucket: a copy that has held
 # for long tends to go on. Row 0: copies from the input (the prompt, earlier turns), which the output
 # quotes and edits; row 1: the output repeating itself, where short matches are mostly incidental
@@ -266,6 +269,8 @@ class NgramDrafter(Drafter):
 
     def holds(self, n: int) -> list[float]:
         """S_j, j = 1..n: the estimated probability that the first j proposed tokens all hold."""
+        if self._side == 1 and self.run < _MIN_ECHO:
+            return []  # a short echo of the answer's own text is mostly a coincidence: not worth a verify
         return self.stats.holds(self._side, self.run, n)
 
     # ---- learning from the target ------------------------------------------------------------

@@ -115,13 +115,16 @@ def _row(strategy: str, task: str, t: Totals, base: Totals, c: float, cost: Cost
     The decode speedup is this row's tok/s over its clock's, divided by the same ratio of the base
     (the machine's drift cancels, and so does any steady difference between the two copies of the
     target). The total speedup compares the whole wait, load and prefill included, with this row's
-    decode time rescaled to the machine speed the base ran at.
+    decode time rescaled to the machine speed the base ran at and to the base's number of tokens
+    (greedy answers can part at a near tie of the target's logits, and one may then run longer).
     """
     s = t.stats
     tps = s.tokens_per_second or 0.0
     per_clock = (base.stats.tokens_per_second or 0.0) / base.clock if base.clock else None
     speedup = tps / t.clock / per_clock if t.clock and per_clock else None
     decode_here = s.wall_seconds * (t.clock / base.clock) if t.clock and base.clock else s.wall_seconds
+    if s.completion_tokens:
+        decode_here *= base.stats.completion_tokens / s.completion_tokens
     total_here = t.load_seconds + s.prefill_seconds + decode_here
     mean_k = s.drafted / s.target_passes if s.target_passes else 0.0
     measured = s.wall_seconds and s.target_seconds  # the reference row has no decode timings
@@ -295,7 +298,7 @@ def run_bench(
                 speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
                 engine.stats.wall_seconds = run.seconds - engine.stats.prefill_seconds  # its own steps only
                 totals[st.name].add(engine.stats, load, speed)
-                notes += [n for n in spec.notes if n not in notes]
+                notes += [n for n in spec.notes if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
                 spec.save_costs()
                 del spec, engine, run  # free the models before the next run loads its own
                 if progress:
