@@ -203,7 +203,27 @@ def test_copy_joins_wrapped_lines_once_seen() -> None:
 
 def test_line_joining_is_unlearned_when_the_output_keeps_line_breaks() -> None:
     drafter = NgramDrafter(_join())
-    drafter.join_lines = True
     source = _tokenize("The cat sat\non the mat,\nand the dog\nrested.")
     _rounds, accepted = _replay([0, *source, 18], source, 32, drafter)
     assert not drafter.join_lines and accepted >= len(source) - 4
+
+
+def test_prediction_drafter_never_proposes_or_looks_up_its_boundary_marks() -> None:
+    """The prediction's ends are marked with -1 in the copier's view: no proposal holds it, and the
+    line-joiner never asks the tokenizer for its text (llama.cpp aborts on a negative id)."""
+    from localspec.drafting.prediction import PredictionDrafter
+
+    def piece(t: int) -> bytes:
+        assert t >= 0, "asked for the text of a boundary mark"
+        return VOCAB[t].encode() if t < len(VOCAB) else b"x"
+
+    prediction = _tokenize("The cat sat\non the mat.")
+    drafter = PredictionDrafter(prediction, LineJoin(piece, _tokenize))
+    drafter.copier.join_lines = True
+    drafter.start(3)
+    ctx = [0, 1, 2]
+    for _ in range(12):
+        proposal = drafter.draft(ctx, 8, None, None).tokens  # type: ignore[arg-type]
+        assert -1 not in proposal
+        ctx = [*ctx, *(proposal[:2] or [19])]
+        drafter.observe(ctx, drafter, len(proposal), min(len(proposal), 1))

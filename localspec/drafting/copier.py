@@ -131,8 +131,8 @@ class LineJoin:
         self._joined: dict[tuple[int, ...], tuple[int, tuple[int, ...]] | None] = {}
 
     def _piece(self, token: int) -> bytes:
-        if token not in self._pieces:
-            self._pieces[token] = self.piece(token)
+        if token not in self._pieces:  # a negative id marks a boundary (a prediction's ends): no text
+            self._pieces[token] = self.piece(token) if token >= 0 else b""
         return self._pieces[token]
 
     def __call__(self, tokens: Sequence[int]) -> tuple[int, tuple[int, ...]] | None:
