@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -292,8 +293,12 @@ def serve(
     )
     server = uvicorn.Server(config)
     print(f"localspec: serving '{model_id}' at http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
-    server.run()
-    spec.save_costs()
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again: let that end the command normally
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        spec.save_costs()
 
 
 @app.command()
