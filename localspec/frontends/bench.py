@@ -283,7 +283,8 @@ def run_bench(
     rotated order, and each row sums its rounds. The first strategy is the baseline.
     """
     c = cost.draft_token / cost.verify_cost(1)
-    rows, notes = [], []
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     sampler, seed = base.sampler, base.resolved_seed()
     for p in prompts:
         prompt = chat_tokens(twin, [{"role": "user", "content": p["prompt"]}])

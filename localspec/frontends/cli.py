@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 from localspec.core.sampling import SamplerSettings
@@ -609,8 +608,8 @@ def main() -> None:
         code = command.main(prog_name="localspec", standalone_mode=False, default_map=default_map(load_config()))
     except typer.Abort:
         code = 130
-    except click.ClickException as e:  # usage errors, bad parameter values
-        e.show()
+    except typer.TyperException as e:  # usage errors, bad parameter values (typer's own click)
+        e.show()  # type: ignore[attr-defined]
         code = e.exit_code
     except LocalspecError as e:
         print(f"localspec: error: {e}", file=sys.stderr)
