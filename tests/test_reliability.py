@@ -167,9 +167,9 @@ def test_generate_flags_never_traceback(target_path, draft_path, flags: dict[str
 
 
 def test_chat_autosave_and_resume(target_path, draft_path, tmp_path: Path) -> None:
-    env = {"XDG_DATA_HOME": str(tmp_path)}
+    env = {"LOCALSPEC_DATA_DIR": str(tmp_path)}
     first = run_cli("chat", "--temperature", "0", "-n", "8", input=b"Say the word apple.\n", env=env)
-    saved = tmp_path / "localspec" / "last-chat.json"
+    saved = tmp_path / "last-chat.json"
     assert first.returncode == 0 and saved.exists(), first.stderr
     assert json.loads(saved.read_text())["messages"][0]["content"] == "Say the word apple."
     again = run_cli("chat", "--resume", "-n", "4", input=b"/stats\n", env=env)
@@ -178,7 +178,7 @@ def test_chat_autosave_and_resume(target_path, draft_path, tmp_path: Path) -> No
 
 def test_resume_without_saved_chat(tmp_path: Path, target_path, draft_path) -> None:
     one_line_error(
-        run_cli("chat", "--resume", input=b"", env={"XDG_DATA_HOME": str(tmp_path)}), "no saved conversation"
+        run_cli("chat", "--resume", input=b"", env={"LOCALSPEC_DATA_DIR": str(tmp_path)}), "no saved conversation"
     )
 
 

@@ -232,15 +232,15 @@ def chat(
     from localspec.frontends.generate import loading
     from localspec.paths import data_dir
 
+    autosave = data_dir() / "last-chat.json"
+    if resume and not autosave.exists():  # before the models load: nothing to wait for
+        raise LocalspecError(f"no saved conversation to resume ({autosave} does not exist)")
     with loading("loading models…"):
         spec = LocalSpec.from_config(cfg)
     for note in spec.notes:
         print(f"localspec: {note}", file=sys.stderr)
     conv = Conversation(spec.engine, system=system, max_tokens=max_tokens)
-    autosave = data_dir() / "last-chat.json"
     if resume:
-        if not autosave.exists():
-            raise LocalspecError(f"no saved conversation to resume ({autosave} does not exist)")
         conv.load(autosave)
         print(f"resumed {len(conv.messages)} messages from {autosave}", file=sys.stderr)
     else:
