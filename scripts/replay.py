@@ -21,7 +21,7 @@ from pathlib import Path
 
 from localspec.drafting.copier import LineJoin, NgramDrafter
 from localspec.drafting.costs import CostModel
-from localspec.drafting.planner import Planner
+from localspec.drafting.planner import NONE, Planner
 
 
 def record(out: Path, max_tokens: int) -> None:
@@ -75,7 +75,7 @@ def replay(path: Path, curve: Path | None = None) -> list[dict[str, float | int 
         drafter.start(len(prompt))
         ctx, i, seconds, passes, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
         while i < len(answer):
-            plan = planner.plan(ctx, len(answer) - i - 1)
+            plan = planner.plan(ctx, len(answer) - i - 1) if i else NONE  # the engine emits the first token at once
             proposal = drafter.propose(ctx, plan.k) if plan.drafter else []
             n = 0
             while n < len(proposal) and proposal[n] == answer[i + n]:

@@ -12,7 +12,7 @@ from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
 from localspec.drafting.base import Draft, Drafter
 from localspec.drafting.costs import CostModel
-from localspec.drafting.planner import Planner
+from localspec.drafting.planner import NONE, Planner
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull, Model
 
@@ -55,7 +55,9 @@ class Engine:
 
         The target cache holds ctx[:-1], or all of ctx when the prefill left the next logits pending.
         """
-        plan = self.planner.plan(ctx, room)
+        # Right after the prefill the next token's logits are at hand: emit it before any draft is verified
+        # (the first token comes as soon as the target alone's would; drafting starts from the next round).
+        plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
         draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.rng) if plan.drafter else Draft()
         pending, self._pending = self._pending, self._pending[:0]
         n_new, t0 = len(draft.tokens) + 1 - len(pending), time.perf_counter()
