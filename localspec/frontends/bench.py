@@ -163,7 +163,7 @@ def _lookup_reference(
     target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None, sampler: SamplerSettings, seed: int
 ) -> Iterator[object]:
     """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), loaded now: a step per token."""
-    from localspec.llama.lookup import prompt_lookup_llama
+    from localspec.llama.bench_lookup import prompt_lookup_llama
 
     llm = prompt_lookup_llama(target_path, n_ctx=len(prompt) + max_tokens + 64, n_threads=n_threads)
     return iter(

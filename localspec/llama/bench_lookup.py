@@ -1,4 +1,4 @@
-"""llama-cpp-python's own prompt-lookup speculative decoding, the bench's outside reference."""
+"""llama-cpp-python's own prompt-lookup speculative decoding: only the bench's outside reference."""
 
 from __future__ import annotations
 
