@@ -187,8 +187,8 @@ class Served:
 class Worker:
     """Runs generations one at a time, in arrival order, on the one thread that calls llama.cpp."""
 
-    def __init__(self, spec: LocalSpec, max_queue: int) -> None:
-        self.spec, self.max_queue = spec, max_queue
+    def __init__(self, max_queue: int) -> None:
+        self.max_queue = max_queue
         self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localspec-llama")
         self.lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
         self.waiting = 0
@@ -206,7 +206,7 @@ class Worker:
                 headers={"Retry-After": "2"},
             )
 
-    async def stream(self, start: Any) -> AsyncGenerator[Piece | Generation, None]:
+    async def stream(self, start: Callable[[], Generation]) -> AsyncGenerator[Piece | Generation, None]:
         """Yield the Generation first, then its pieces; `start` (run on the worker) returns the Generation."""
         self.admit()
         self.waiting += 1
@@ -311,7 +311,7 @@ def create_app(
     log: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """The ASGI app serving `spec` under the model id `model_id`."""
-    worker = Worker(spec, max_queue)
+    worker = Worker(max_queue)
     defaults = spec.config.sampler
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     created = int(time.time())
