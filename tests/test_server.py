@@ -219,6 +219,7 @@ def test_a_client_that_disconnects_frees_the_server(server: Server) -> None:
                 break  # leave mid-stream
     after = _first_token_seconds(server)
     assert after < usual + 1.0, (usual, after)
+    assert " 499 the client went away" in server.log_path.read_text()
 
 
 BAD = [

@@ -420,6 +420,8 @@ def create_app(
 
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
+        served_once: list[Served] = []
+
         async def events() -> AsyncIterator[bytes]:
             try:
                 if shape.chat:
@@ -430,6 +432,7 @@ def create_app(
                     yield _sse(shape.chunk(rid, now, piece.text, None))
                 yield _sse(shape.chunk(rid, now, None, _finish(run.stats)))
                 served = done()
+                served_once.append(served)
                 if include_usage:
                     yield _sse(
                         {
@@ -445,6 +448,11 @@ def create_app(
             finally:
                 with anyio.CancelScope(shield=True):  # a client that went away: stop the generation now
                     await stream.aclose()
+                if not served_once:
+                    say(
+                        f"localspec: {request.method} {request.url.path} 499 the client went away after "
+                        f"{len(run.tokens)} tokens"
+                    )
 
         return StreamingResponse(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
