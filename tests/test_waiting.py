@@ -19,9 +19,11 @@ CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80
 GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0.020}  # nearly flat
 
 
-def _write_costs(cache: Path, target: Path, draft: Path, curve: dict[int, float], draft_token: float) -> None:
+def _write_costs(
+    cache: Path, target: Path, draft: Path, curve: dict[int, float], draft_token: float, ctx: int = 4096
+) -> None:
     """A costs.json as calibration would write it for this pair under the default settings."""
-    settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": 4096}
+    settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": ctx}
     dkey = model_key(draft, **settings)
     entry = {
         "verify": {str(n): s for n, s in curve.items()},
@@ -33,12 +35,15 @@ def _write_costs(cache: Path, target: Path, draft: Path, curve: dict[int, float]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ctx", [4096, 1000])  # llama.cpp rounds 1000 up to 1024: the cache keys the setting asked for
 def test_a_draft_model_that_cannot_win_is_never_loaded(
-    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctx: int
 ) -> None:
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
-    _write_costs(tmp_path, target_path, draft_path, CPU_CURVE, draft_token=0.021)
-    engine = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+    _write_costs(tmp_path, target_path, draft_path, CPU_CURVE, draft_token=0.021, ctx=ctx)
+    written = (tmp_path / "costs.json").read_text()
+    engine = load_engine(RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0))
+    assert json.loads((tmp_path / "costs.json").read_text()).keys() == json.loads(written).keys()  # nothing measured
     assert draft_model_of(engine) is None and [d.name for d in engine.drafters] == ["ngram"]
     assert any("not loaded" in note for note in engine.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")

@@ -28,7 +28,7 @@ def model_key(path: Path, *, threads: int | None, gpu_layers: int, ctx: int) -> 
 
 
 def _key(model: Model) -> str:
-    return model_key(model.path, threads=model.n_threads, gpu_layers=model.n_gpu_layers, ctx=model.n_ctx)
+    return model_key(model.path, threads=model.n_threads, gpu_layers=model.n_gpu_layers, ctx=model.n_ctx_asked)
 
 
 def _timed(model: Model, n: int, logits: int) -> float:

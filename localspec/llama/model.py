@@ -126,7 +126,8 @@ class Model:
         self.n_threads, self.n_gpu_layers = n_threads, n_gpu_layers
         self.name = self.path.name
         self.n_batch = n_batch
-        self.n_ctx = self.llm.n_ctx()
+        self.n_ctx = self.llm.n_ctx()  # llama.cpp may round the asked-for context up ...
+        self.n_ctx_asked = n_ctx  # ... so settings (the cost cache's keys) use this one
         self.n_vocab = self.llm.n_vocab()
         self._ctx = self.llm._ctx.ctx
         self._mem = llama_cpp.llama_get_memory(self._ctx)
