@@ -173,6 +173,7 @@ class LocalSpec:
 
         `prediction` is text the answer is expected to repeat (a file being rewritten, say): a draft
         source for this generation. It changes how fast the answer comes, never what it says.
+        A prompt that is empty or does not fit the context raises LocalspecError (ContextFull) here.
         """
         settings = {
             "max_tokens": max_tokens,
@@ -191,7 +192,9 @@ class LocalSpec:
         if prediction and self.engine.k != 0:
             target = self.engine.target
             drafters.append(PredictionDrafter(target.tokenize(prediction), LineJoin(target.piece, target.tokenize)))
-        return Generation(self.engine, self.tokens(prompt, system=system, raw=raw), max_tokens, list(stop), drafters)
+        tokens = self.tokens(prompt, system=system, raw=raw)
+        self.engine.check_prompt(tokens)  # here, not at the first token: a caller can answer before streaming
+        return Generation(self.engine, tokens, max_tokens, list(stop), drafters)
 
     def save_costs(self) -> None:
         """Keep what this session learned about the machine's decode costs for the next run."""

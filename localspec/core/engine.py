@@ -73,7 +73,8 @@ class Engine:
         self.planner.observe(ctx + tokens, plan, n)
         return tokens, n, plan.drafter, len(draft.tokens)
 
-    def _prefill(self, prompt: list[int]) -> None:
+    def check_prompt(self, prompt: list[int]) -> None:
+        """Refuse a prompt that is empty (LocalspecError) or does not fit the context (ContextFull)."""
         if not prompt:
             raise LocalspecError("the prompt is empty")
         if len(prompt) >= self.target.n_ctx:
@@ -81,6 +82,9 @@ class Engine:
                 f"the prompt is {len(prompt)} tokens and the context holds {self.target.n_ctx} "
                 f"({len(prompt) - self.target.n_ctx + 1} too many); raise --ctx or shorten it"
             )
+
+    def _prefill(self, prompt: list[int]) -> None:
+        self.check_prompt(prompt)
         t0, decoded = time.perf_counter(), self.target.n_decoded
         self._pending = self.target.sync(prompt, 1).copy()  # logits for the first new token, as plain decoding has
         self.stats.prefill_tokens = self.target.n_decoded - decoded

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from localspec.api import Generation, LocalSpec
 from localspec.core.stats import Piece, Stats
 from localspec.errors import LocalspecError
+from localspec.llama.model import ContextFull
 from localspec.models.catalog import catalog, default_pair
 from localspec.runtime import RunConfig
 from localspec.settings import SETTINGS
@@ -359,18 +360,10 @@ def create_app(
                     seed=req.seed if req.seed is not None else secrets.randbelow(2**31),
                     prediction=prediction.text() if prediction else None,
                 )
-            except LocalspecError as e:
-                raise ApiError(400, str(e)) from None
-            n_ctx, n_prompt = spec.engine.target.n_ctx, len(run.prompt_tokens)
-            if not n_prompt:
-                raise ApiError(400, "the prompt is empty", param="prompt")
-            if n_prompt >= n_ctx:
-                raise ApiError(
-                    400,
-                    f"the prompt is {n_prompt} tokens and the context holds {n_ctx} ({n_prompt - n_ctx + 1} too many)",
-                    param="messages",
-                    code="context_length_exceeded",
-                )
+            except ContextFull as e:
+                raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
+            except LocalspecError as e:  # an empty prompt
+                raise ApiError(400, str(e), param="prompt") from None
             return run
 
         return begin
