@@ -13,9 +13,8 @@ The CLI, the chat REPL and the bench are built on it.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Generator, Sequence
-
-import numpy as np
 
 from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
@@ -36,18 +35,32 @@ class Generation:
     once it is done, `text` and `stats` hold the whole answer and its figures."""
 
     def __init__(
-        self, engine: Engine, prompt: list[int], max_tokens: int, stops: Sequence[str], drafters: Sequence[Drafter] = ()
+        self,
+        engine: Engine,
+        prompt: list[int],
+        max_tokens: int,
+        stops: Sequence[str],
+        drafters: Sequence[Drafter] = (),
+        *,
+        seed: int,
     ) -> None:
         self._engine, self._prompt, self._max_tokens, self._stops = engine, prompt, max_tokens, stops
         self._drafters = list(drafters)
         self._pieces: list[str] = []
+        self._tokens: list[int] = []
         self._started = False
+        self.seed = seed  # the seed this generation samples with: the same seed gives the same text
+        self.stats = Stats()  # this generation's figures (complete once it has ended)
 
     def __iter__(self) -> Generator[Piece, None, None]:
         if self._started:
             raise RuntimeError("a Generation can be iterated only once")
         self._started = True
-        for piece in self._engine.generate(self._prompt, self._max_tokens, self._stops, self._drafters):
+        self._engine.sampling = type(self._engine.sampling)(self.seed)
+        pieces = self._engine.generate(
+            self._prompt, self._max_tokens, self._stops, self._drafters, stats=self.stats, completion=self._tokens
+        )
+        for piece in pieces:
             self._pieces.append(piece.text)
             yield piece
 
@@ -64,18 +77,13 @@ class Generation:
         return "".join(self._pieces)
 
     @property
-    def stats(self) -> Stats:
-        """The generation's figures (complete once it has ended)."""
-        return self._engine.stats
-
-    @property
     def prompt_tokens(self) -> list[int]:
         return list(self._prompt)
 
     @property
     def tokens(self) -> list[int]:
         """The completion's tokens so far."""
-        return list(self._engine.completion)
+        return list(self._tokens)
 
 
 class LocalSpec:
@@ -186,15 +194,14 @@ class LocalSpec:
         for name, value in settings.items():
             _check(name, value)
         self.engine.sampler = SamplerSettings(temperature, top_k, top_p, min_p)
-        if seed is not None:
-            self.engine.rng = np.random.default_rng(seed)
         drafters: list[Drafter] = []
         if prediction and self.engine.k != 0:
             target = self.engine.target
             drafters.append(PredictionDrafter(target.tokenize(prediction), LineJoin(target.piece, target.tokenize)))
         tokens = self.tokens(prompt, system=system, raw=raw)
         self.engine.check_prompt(tokens)  # here, not at the first token: a caller can answer before streaming
-        return Generation(self.engine, tokens, max_tokens, list(stop), drafters)
+        seed = secrets.randbelow(2**31) if seed is None else seed
+        return Generation(self.engine, tokens, max_tokens, list(stop), drafters, seed=seed)
 
     def save_costs(self) -> None:
         """Keep what this session learned about the machine's decode costs for the next run."""

@@ -62,11 +62,6 @@ class RunConfig:
             return target, None
         return target, resolve(d_default.name if self.draft == "auto" else self.draft)
 
-    def resolved_seed(self) -> int:
-        if self.seed is None:
-            self.seed = secrets.randbelow(2**31)
-        return self.seed
-
 
 def load_models(cfg: RunConfig) -> tuple[Model, Model | None]:
     """Load target (and draft), refusing (before loading either) a pair whose vocabularies differ."""
@@ -126,7 +121,8 @@ def load_engine(cfg: RunConfig) -> Engine:
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target, draft, ngram=not cfg.target_alone and (cfg.ngram or cfg.draft == "ngram"), cost=cost
     )
-    engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, cfg.resolved_seed(), cost=cost)
+    seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed  # each generation may set its own
+    engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, seed, cost=cost)
     engine.notes = notes
     return engine
 

@@ -38,10 +38,10 @@ def record(out: Path, max_tokens: int) -> None:
     rows = []
     for p in BUILTIN_PROMPTS:
         prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
-        engine = Engine(target, [], SamplerSettings(temperature=0), 0, seed=0)
-        "".join(piece.text for piece in engine.generate(prompt, max_tokens))
-        rows.append({"task": p["task"], "prompt": prompt, "answer": list(engine.completion)})
-        print(f"{p['task']}: {len(prompt)} prompt tokens, {len(engine.completion)} answer tokens", flush=True)
+        engine, answer = Engine(target, [], SamplerSettings(temperature=0), 0, 0), []
+        "".join(piece.text for piece in engine.generate(prompt, max_tokens, completion=answer))
+        rows.append({"task": p["task"], "prompt": prompt, "answer": answer})
+        print(f"{p['task']}: {len(prompt)} prompt tokens, {len(answer)} answer tokens", flush=True)
     used = {t for r in rows for t in r["prompt"] + r["answer"]}
     pieces = {str(t): target.piece(t).decode("latin-1") for t in used}
     # the line-joiner tokenizes joined words: keep the tokenizations it asked for while recording

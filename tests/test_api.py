@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-import numpy as np
 import pytest
 
 from localspec import LocalSpec
-from localspec.core.sampling import SamplerSettings
+from localspec.core.sampling import SamplerSettings, Sampling
 from localspec.drafting.base import Draft, Drafter, register
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +44,7 @@ class FixedList(Drafter):
         done = len(ctx) - self.prompt_len
         return [0.99**j for j in range(1, len(self.tokens[done : done + k_max]) + 1)]
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
         done = len(ctx) - self.prompt_len
         return Draft.copied(self.tokens[done : done + k])
 

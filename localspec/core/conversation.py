@@ -26,6 +26,7 @@ class Conversation:
     totals: Stats = field(default_factory=Stats)  # summed over the session's replies
     replies: int = 0
     notices: list[str] = field(default_factory=list)  # one-line messages for the user (e.g. turns dropped)
+    last: Stats | None = None  # the last reply's figures
 
     def _rendered(self, messages: list[Message], generation: bool = True) -> list[int]:
         system = [{"role": "system", "content": self.system}] if self.system else []
@@ -71,20 +72,16 @@ class Conversation:
 
     def _stream(self, prompt: list[int]) -> Generator[Piece, None, None]:
         pieces: list[str] = []
+        stats, tokens = Stats(), list[int]()
         try:
-            for piece in self.engine.generate(prompt, self.max_tokens):
+            for piece in self.engine.generate(prompt, self.max_tokens, stats=stats, completion=tokens):
                 pieces.append(piece.text)
                 yield piece
         finally:
-            self.messages.append(
-                {"role": "assistant", "content": "".join(pieces), "tokens": list(self.engine.completion)}
-            )
-            self.totals.add(self.engine.stats)
+            self.messages.append({"role": "assistant", "content": "".join(pieces), "tokens": tokens})
+            self.totals.add(stats)
             self.replies += 1
-
-    @property
-    def last(self) -> Stats | None:
-        return self.engine.stats if self.replies else None
+            self.last = stats
 
     def clear(self) -> None:
         """A new conversation: no messages, empty caches."""

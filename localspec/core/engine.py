@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from localspec.core.sampling import SamplerSettings, process, verify
+from localspec.core.sampling import InvariantSampling, SamplerSettings, Sampling, process
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
 from localspec.drafting.base import Draft, Drafter
@@ -20,7 +20,9 @@ from localspec.llama.model import ContextFull, Model
 class Engine:
     """Speculative sampling of `target` with any drafters (the planner picks one, or none, each round).
 
-    k is the draft length, or None for the cost-aware choice of each round (needs `cost`).
+    k is the draft length, or None for the cost-aware choice of each round (needs `cost`). `sampling`
+    chooses and verifies tokens (InvariantSampling by default: the same seed gives the same text
+    whatever was drafted).
     """
 
     def __init__(
@@ -29,16 +31,14 @@ class Engine:
         drafters: Sequence[Drafter],
         sampler: SamplerSettings,
         k: int | None,
-        seed: int,
+        sampling: Sampling | int,
         *,
         cost: CostModel | None = None,
     ) -> None:
         self.target, self.sampler, self.cost = target, sampler, cost
         self.drafters = list(drafters)
         self.planner = Planner(self.drafters, k=k, cost=cost)
-        self.rng = np.random.default_rng(seed)
-        self.stats = Stats()
-        self.completion: list[int] = []
+        self.sampling = InvariantSampling(sampling) if isinstance(sampling, int) else sampling
         self.notes: list[str] = []  # one-line remarks for the user (a draft model left out, say)
         self._pending = np.empty((0, target.n_vocab), np.float32)  # target logits already computed
 
@@ -58,7 +58,7 @@ class Engine:
         # Right after the prefill the next token's logits are at hand: emit it before any draft is verified
         # (the first token comes as soon as the target alone's would; drafting starts from the next round).
         plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
-        draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.rng) if plan.drafter else Draft()
+        draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.sampling) if plan.drafter else Draft()
         pending, self._pending = self._pending, self._pending[:0]
         n_new, t0 = len(draft.tokens) + 1 - len(pending), time.perf_counter()
         logits = self.target.sync(ctx + draft.tokens, n_new)  # one batch: all new positions, their logits only
@@ -66,7 +66,7 @@ class Engine:
             logits = np.concatenate([pending, logits])
         if self.cost is not None and n_new:
             self.cost.observe_verify(n_new, time.perf_counter() - t0)
-        tokens, n = verify(lambda i: process(logits[i], self.sampler), draft.q, draft.tokens, self.rng)
+        tokens, n = self.sampling.verify(lambda i: process(logits[i], self.sampler), draft.q, draft.tokens, len(ctx))
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
         for d in self.planner.drafters:
             d.rewind(len(ctx) + n)
@@ -83,27 +83,36 @@ class Engine:
                 f"({len(prompt) - self.target.n_ctx + 1} too many); raise --ctx or shorten it"
             )
 
-    def _prefill(self, prompt: list[int]) -> None:
+    def _prefill(self, prompt: list[int], st: Stats) -> None:
         self.check_prompt(prompt)
         t0, decoded = time.perf_counter(), self.target.n_decoded
         self._pending = self.target.sync(prompt, 1).copy()  # logits for the first new token, as plain decoding has
-        self.stats.prefill_tokens = self.target.n_decoded - decoded
-        self.stats.prefill_seconds = time.perf_counter() - t0
+        st.prefill_tokens = self.target.n_decoded - decoded
+        st.prefill_seconds = time.perf_counter() - t0
 
     def generate(
-        self, prompt: list[int], max_tokens: int, stops: Sequence[str] = (), drafters: Sequence[Drafter] = ()
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        stops: Sequence[str] = (),
+        drafters: Sequence[Drafter] = (),
+        *,
+        stats: Stats | None = None,
+        completion: list[int] | None = None,
     ) -> Iterator[Piece]:
-        """Stream the completion of `prompt`; self.stats and self.completion fill in as it goes.
+        """Stream the completion of `prompt`; `stats` and `completion` (the caller's) fill in as it goes.
 
         `drafters` join the engine's own for this generation only (a prediction of the output, say).
         """
         start = time.perf_counter()
-        self.stats, self.completion = Stats(prompt_tokens=len(prompt)), []
+        st = Stats() if stats is None else stats
+        st.prompt_tokens = len(prompt)
+        out = [] if completion is None else completion
         self.planner.drafters = [*drafters, *self.drafters]
         for d in self.planner.drafters:
             d.start(len(prompt))
-        st, stream, ctx = self.stats, TextStream(stops), list(prompt)
-        self._prefill(ctx)
+        stream, ctx = TextStream(stops), list(prompt)
+        self._prefill(ctx, st)
         t0, target0, draft0 = time.perf_counter(), self.target.decode_seconds, self._draft_seconds()
         try:
             while st.completion_tokens < max_tokens and len(ctx) < self.target.n_ctx:
@@ -118,7 +127,7 @@ class Engine:
                         st.finish_reason = "stop"
                         break
                     ctx.append(tok)
-                    self.completion.append(tok)
+                    out.append(tok)
                     st.completion_tokens += 1
                     if text := stream.feed(self.target.piece(tok)):
                         if st.first_token_seconds is None:

@@ -14,9 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
-from localspec.core.sampling import Dist, OneHot, SamplerSettings
+from localspec.core.sampling import Dist, OneHot, SamplerSettings, Sampling
 from localspec.drafting.costs import CostModel
 
 if TYPE_CHECKING:
@@ -67,7 +65,7 @@ class Drafter(ABC):
         return 0
 
     @abstractmethod
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
         """Propose exactly k tokens to follow ctx (k never exceeds what survival offered, or max_k)."""
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:

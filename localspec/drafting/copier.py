@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from localspec.core.sampling import SamplerSettings
+from localspec.core.sampling import SamplerSettings, Sampling
 from localspec.drafting.base import Draft, Drafter
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
@@ -258,7 +258,7 @@ class NgramDrafter(Drafter):
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return self.holds(len(self.propose(ctx, k_max)))
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
         return Draft.copied(self.propose(ctx, k))
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:

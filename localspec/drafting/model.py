@@ -10,9 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
-from localspec.core.sampling import Dist, SamplerSettings, process, sample
+from localspec.core.sampling import Dist, Probs, SamplerSettings, Sampling, process
 from localspec.drafting.base import Draft, Drafter
 from localspec.drafting.costs import CostModel, amortized, best_k
 
@@ -93,22 +91,20 @@ class ModelDrafter(Drafter):
         self._probing = True
         return 1
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
         out = Draft()
         for _ in range(k):
             t0, n0 = time.perf_counter(), self.model.n_decoded
             logits = self.model.sync(ctx + out.tokens)[-1]  # catches up on ctx first when behind
             if self.cost is not None and self.model.n_decoded - n0 == 1:
                 self.cost.observe_draft(time.perf_counter() - t0)
-            out.q.append(self._pad(process(logits, sampler)))
-            out.tokens.append(sample(out.q[-1], rng))
+            out.q.append(self._over_target(process(logits, sampler)))
+            out.tokens.append(sampling.pick(out.q[-1], len(ctx) + len(out.tokens)))  # the same noise as the target's
         return out
 
-    def _pad(self, q: Dist) -> Dist:
-        """q over the target's vocabulary: tokens beyond the draft's (padding) get probability 0."""
-        if isinstance(q, np.ndarray) and q.size < self.n_vocab:
-            return np.pad(q, (0, self.n_vocab - q.size))
-        return q
+    def _over_target(self, q: Dist) -> Dist:
+        """q over the target's vocabulary (tokens beyond the draft's get probability 0)."""
+        return Probs(q.ids, q.p, self.n_vocab) if isinstance(q, Probs) else q
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
         if by is not self:

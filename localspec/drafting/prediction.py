@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
-
-from localspec.core.sampling import SamplerSettings
+from localspec.core.sampling import SamplerSettings, Sampling
 from localspec.drafting.base import Draft, Drafter
 from localspec.drafting.copier import LineJoin, NgramDrafter
 
@@ -52,7 +50,7 @@ class PredictionDrafter(Drafter):
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return self.copier.holds(len(self._proposal(ctx, k_max)))
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, rng: np.random.Generator) -> Draft:
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
         return Draft.copied(self._proposal(ctx, k))
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:

@@ -219,6 +219,7 @@ class _Clock:
 
     def __init__(self, twin: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
         self.engine = Engine(twin, [], sampler, 0, seed)
+        self.stats = Stats()  # of the generation running now
         self.prompt, self.max_tokens = prompt, max_tokens
         self.tokens = 0  # tokens of the generations finished so far
         self.first_prefill: float | None = None
@@ -226,16 +227,16 @@ class _Clock:
 
     def _forever(self) -> Iterator[object]:
         while True:
-            yield from self.engine.generate(self.prompt, self.max_tokens)
-            self.tokens += self.engine.stats.completion_tokens
+            yield from self.engine.generate(self.prompt, self.max_tokens, stats=self.stats)
+            self.tokens += self.stats.completion_tokens
             if self.first_prefill is None:
-                self.first_prefill = self.engine.stats.prefill_seconds
-            self.engine.stats = Stats()  # counted: until the next generation starts, nothing is running
+                self.first_prefill = self.stats.prefill_seconds
+            self.stats = Stats()  # counted: until the next generation starts, nothing is running
             yield None  # a step even when a generation emitted no text
 
     def speed(self) -> float | None:
         """Tokens per second so far."""
-        st = self.engine.stats
+        st = self.stats
         seconds = self.timed.seconds - (st.prefill_seconds if self.first_prefill is None else self.first_prefill)
         return (self.tokens + st.completion_tokens) / seconds if seconds > 0 else None
 
@@ -285,7 +286,7 @@ def run_bench(
     c = cost.draft_token / cost.verify_cost(1)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    sampler, seed = base.sampler, base.resolved_seed()
+    sampler, seed = base.sampler, base.seed or 0
     for p in prompts:
         prompt = chat_tokens(twin, [{"role": "user", "content": p["prompt"]}])
         totals = {st.name: Totals() for st in strategies}
@@ -295,10 +296,11 @@ def run_bench(
                 spec = LocalSpec.from_config(st.config(base))
                 engine = spec.engine
                 load = time.perf_counter() - t0
-                run = _Timed(engine.generate(prompt, max_tokens))
+                stats = Stats()
+                run = _Timed(engine.generate(prompt, max_tokens, stats=stats))
                 speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
-                engine.stats.wall_seconds = run.seconds - engine.stats.prefill_seconds  # its own steps only
-                totals[st.name].add(engine.stats, load, speed)
+                stats.wall_seconds = run.seconds - stats.prefill_seconds  # its own steps only
+                totals[st.name].add(stats, load, speed)
                 notes += [n for n in spec.notes if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
                 spec.save_costs()
                 del spec, engine, run  # free the models before the next run loads its own

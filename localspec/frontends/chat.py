@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-import numpy as np
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import NestedCompleter
 from prompt_toolkit.history import FileHistory, InMemoryHistory
@@ -199,7 +198,7 @@ def _set(repl: Repl, arg: str) -> None:
     elif name == "max_tokens":
         conv.max_tokens = value  # type: ignore[assignment]
     elif name == "seed":
-        engine.rng = np.random.default_rng(value)  # type: ignore[arg-type]
+        engine.sampling = type(engine.sampling)(value)  # type: ignore[arg-type]
     else:
         engine.sampler = dataclasses.replace(engine.sampler, **{name: value})  # type: ignore[arg-type]
     repl._say(f"{name} = {value if isinstance(value, str) else format(value, 'g')}")

@@ -49,7 +49,7 @@ def run_generate(
         top_k=s.top_k,
         top_p=s.top_p,
         min_p=s.min_p,
-        seed=cfg.resolved_seed(),
+        seed=cfg.seed,
         prediction=prediction,
     )
     first: float | None = None
@@ -75,7 +75,7 @@ def run_generate(
         "top_k": s.top_k,
         "top_p": s.top_p,
         "min_p": s.min_p,
-        "seed": cfg.seed,
+        "seed": run.seed,
         "target": str(spec.engine.target.path),
         "draft": str(draft.path) if draft else None,
         "notes": spec.notes,

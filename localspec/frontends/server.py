@@ -181,6 +181,7 @@ class Served:
 
     text: str
     stats: Stats
+    seed: int
     predicted: bool
     first_token: float  # seconds from the request's arrival to its first text
 
@@ -244,6 +245,7 @@ def _usage(served: Served) -> dict[str, Any]:
             "reasoning_tokens": 0,
         },
         "localspec": {
+            "seed": served.seed,
             "drafted": st.drafted,
             "accepted": st.accepted,
             "target_passes": st.target_passes,
@@ -357,7 +359,7 @@ def create_app(
                     top_k=defaults.top_k if req.top_k is None else req.top_k,
                     top_p=defaults.top_p if req.top_p is None else req.top_p,
                     min_p=defaults.min_p if req.min_p is None else req.min_p,
-                    seed=req.seed if req.seed is not None else secrets.randbelow(2**31),
+                    seed=req.seed,
                     prediction=prediction.text() if prediction else None,
                 )
             except ContextFull as e:
@@ -393,7 +395,9 @@ def create_app(
         first: list[float] = []
 
         def done() -> Served:
-            served = Served(run.text, run.stats, prediction is not None, (first or [time.perf_counter()])[0] - t0)
+            served = Served(
+                run.text, run.stats, run.seed, prediction is not None, (first or [time.perf_counter()])[0] - t0
+            )
             st = served.stats
             line = (
                 f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
