@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Generator, Sequence
 
 from localspec.core.engine import Engine
-from localspec.core.sampling import SamplerSettings
+from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.core.stats import Piece, Stats
 from localspec.drafting.base import Drafter
 from localspec.drafting.calibration import save_costs
@@ -56,7 +56,7 @@ class Generation:
         if self._started:
             raise RuntimeError("a Generation can be iterated only once")
         self._started = True
-        self._engine.sampling = type(self._engine.sampling)(self.seed)
+        self._engine.sampling = InvariantSampling(self.seed)
         pieces = self._engine.generate(
             self._prompt, self._max_tokens, self._stops, self._drafters, stats=self.stats, completion=self._tokens
         )

@@ -11,8 +11,8 @@ from typing import ClassVar
 import pytest
 
 from localspec import LocalSpec
-from localspec.core.sampling import SamplerSettings, Sampling
-from localspec.drafting.base import Draft, Drafter, register
+from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.drafting.base import Drafter, register
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,9 +44,9 @@ class FixedList(Drafter):
         done = len(ctx) - self.prompt_len
         return [0.99**j for j in range(1, len(self.tokens[done : done + k_max]) + 1)]
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         done = len(ctx) - self.prompt_len
-        return Draft.copied(self.tokens[done : done + k])
+        return list(self.tokens[done : done + k])
 
 
 @pytest.fixture(scope="module")

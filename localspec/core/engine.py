@@ -7,10 +7,10 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from localspec.core.sampling import InvariantSampling, SamplerSettings, Sampling, process
+from localspec.core.sampling import InvariantSampling, SamplerSettings, process
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
-from localspec.drafting.base import Draft, Drafter
+from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.drafting.planner import NONE, Planner
 from localspec.errors import LocalspecError
@@ -20,9 +20,8 @@ from localspec.llama.model import ContextFull, Model
 class Engine:
     """Speculative sampling of `target` with any drafters (the planner picks one, or none, each round).
 
-    k is the draft length, or None for the cost-aware choice of each round (needs `cost`). `sampling`
-    chooses and verifies tokens (InvariantSampling by default: the same seed gives the same text
-    whatever was drafted).
+    k is the draft length, or None for the cost-aware choice of each round (needs `cost`). Tokens are
+    chosen by drafter-invariant sampling with `seed`: the same seed gives the same text whatever was drafted.
     """
 
     def __init__(
@@ -31,14 +30,14 @@ class Engine:
         drafters: Sequence[Drafter],
         sampler: SamplerSettings,
         k: int | None,
-        sampling: Sampling | int,
+        seed: int,
         *,
         cost: CostModel | None = None,
     ) -> None:
         self.target, self.sampler, self.cost = target, sampler, cost
         self.drafters = list(drafters)
         self.planner = Planner(self.drafters, k=k, cost=cost)
-        self.sampling = InvariantSampling(sampling) if isinstance(sampling, int) else sampling
+        self.sampling = InvariantSampling(seed)
         self.notes: list[str] = []  # one-line remarks for the user (a draft model left out, say)
         self._pending = np.empty((0, target.n_vocab), np.float32)  # target logits already computed
 
@@ -58,20 +57,20 @@ class Engine:
         # Right after the prefill the next token's logits are at hand: emit it before any draft is verified
         # (the first token comes as soon as the target alone's would; drafting starts from the next round).
         plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
-        draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.sampling) if plan.drafter else Draft()
+        draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.sampling) if plan.drafter else []
         pending, self._pending = self._pending, self._pending[:0]
-        n_new, t0 = len(draft.tokens) + 1 - len(pending), time.perf_counter()
-        logits = self.target.sync(ctx + draft.tokens, n_new)  # one batch: all new positions, their logits only
+        n_new, t0 = len(draft) + 1 - len(pending), time.perf_counter()
+        logits = self.target.sync(ctx + draft, n_new)  # one batch: all new positions, their logits only
         if len(pending):
             logits = np.concatenate([pending, logits])
         if self.cost is not None and n_new:
             self.cost.observe_verify(n_new, time.perf_counter() - t0)
-        tokens, n = self.sampling.verify(lambda i: process(logits[i], self.sampler), draft.q, draft.tokens, len(ctx))
+        tokens, n = self.sampling.verify(lambda i: process(logits[i], self.sampler), draft, len(ctx))
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
         for d in self.planner.drafters:
             d.rewind(len(ctx) + n)
         self.planner.observe(ctx + tokens, plan, n)
-        return tokens, n, plan.drafter, len(draft.tokens)
+        return tokens, n, plan.drafter, len(draft)
 
     def check_prompt(self, prompt: list[int]) -> None:
         """Refuse a prompt that is empty (LocalspecError) or does not fit the context (ContextFull)."""

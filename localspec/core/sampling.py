@@ -4,18 +4,16 @@ Nothing here touches llama.cpp, so every rule can be tested exhaustively on smal
 The chain follows llama.cpp's default order: top-k, top-p, min-p (all on the temperature-1
 softmax), then temperature on the survivors. Temperature 0 is greedy: one-hot at the argmax.
 
-Two samplings keep the output exactly the target's distribution:
-- `InvariantSampling` (the default): the token at each position is argmax(log p + g), with Gumbel
-  noise g keyed by (seed, position, token id). It is a function of the seed, the position and the
-  target's distribution only, so the same seed gives the same text whatever was drafted. A draft
-  token is accepted iff it is that token; a model drafts argmax(log q + g) with the same g.
-- `RejectionSampling`: Leviathan et al.'s accept/reject step on a sequential random stream.
+Tokens are chosen by drafter-invariant sampling (`InvariantSampling`): the token at each position is
+argmax(log p + g), with Gumbel noise g keyed by (seed, position, token id), an exact sample of p. It
+is a function of the seed, the position and the target's distribution only, so the same seed gives
+the same text whatever was drafted. A draft token is accepted iff it is that token; a draft model
+drafts argmax(log q + g) with the same g.
 """
 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -64,15 +62,6 @@ class Probs:
 
 
 Dist = Probs | OneHot | np.ndarray  # a sampling distribution over the vocabulary (dense arrays: tests)
-
-
-def dense(d: Dist, n_vocab: int) -> np.ndarray:
-    """The distribution as a vocabulary-sized float64 array."""
-    if isinstance(d, np.ndarray):
-        return np.asarray(d, dtype=np.float64)
-    out = np.zeros(n_vocab)
-    out[d.ids] = d.p
-    return out
 
 
 def support(d: Dist) -> tuple[np.ndarray, np.ndarray]:
@@ -126,15 +115,6 @@ def process(logits: np.ndarray, s: SamplerSettings) -> Probs | OneHot:
     return Probs(cand.astype(np.int64), w / w.sum(), n)
 
 
-def sample(probs: Dist, rng: np.random.Generator) -> int:
-    """One token drawn from a (not necessarily normalized) non-negative weight vector or distribution."""
-    if isinstance(probs, OneHot):
-        return probs.token
-    cdf = np.cumsum(probs if isinstance(probs, np.ndarray) else probs.p)
-    i = min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), cdf.size - 1)
-    return i if isinstance(probs, np.ndarray) else int(probs.ids[i])
-
-
 # ---- keyed Gumbel noise ------------------------------------------------------------------------
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -174,77 +154,32 @@ def gumbel_scores(d: Dist, seed: int, pos: int) -> tuple[np.ndarray, np.ndarray]
 PAt = Callable[[int], Dist]  # the target's distribution at draft position i (computed lazily)
 
 
-class Sampling(ABC):
-    """How tokens are drawn: by drafters (`pick`) and by the target verifying a draft (`verify`)."""
+class InvariantSampling:
+    """Gumbel-max with noise keyed by (seed, position, token id): the text depends on nothing else.
 
-    name = "sampling"
+    A copied token x is accepted with probability p(x), as under rejection sampling (Leviathan et al.
+    2022); a model draft drawn with the same noise is accepted with probability >= (1 - TV) / (1 + TV)
+    (Daliri, Musco & Suresh 2025), against rejection sampling's 1 - TV.
+    """
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    @abstractmethod
     def pick(self, d: Dist, pos: int) -> int:
-        """A token drawn from d for context position pos."""
-
-    @abstractmethod
-    def verify(self, p_at: PAt, q: Sequence[Dist], draft: Sequence[int], pos: int) -> tuple[list[int], int]:
-        """(emitted tokens, accepted draft tokens) for a draft placed at context positions pos, pos + 1, ...
-
-        The emitted tokens are the accepted prefix plus one corrected or bonus token, distributed as p.
-        """
-
-
-class InvariantSampling(Sampling):
-    """Gumbel-max with noise keyed by (seed, position, token id): the text depends on nothing else.
-
-    A copied token x (one-hot q) is accepted with probability p(x), as under rejection sampling; a
-    model draft drawn with the same noise is accepted with probability >= (1 - TV) / (1 + TV)
-    (Daliri, Musco & Suresh 2025).
-    """
-
-    name = "invariant"
-
-    def pick(self, d: Dist, pos: int) -> int:
+        """The token drawn from d for context position pos."""
         if isinstance(d, OneHot):
             return d.token
         ids, scores = gumbel_scores(d, self.seed, pos)
         return int(ids[np.argmax(scores)])
 
-    def verify(self, p_at: PAt, q: Sequence[Dist], draft: Sequence[int], pos: int) -> tuple[list[int], int]:
+    def verify(self, p_at: PAt, draft: Sequence[int], pos: int) -> tuple[list[int], int]:
+        """(emitted tokens, accepted draft tokens) for a draft at context positions pos, pos + 1, ...
+
+        The emitted tokens are the accepted prefix plus the target's own token at the first miss (or a
+        bonus token): at every position, the token the target alone would emit there.
+        """
         for i, x in enumerate(draft):
             y = self.pick(p_at(i), pos + i)
             if y != x:
                 return [*draft[:i], y], i
         return [*draft, self.pick(p_at(len(draft)), pos + len(draft))], len(draft)
-
-
-class RejectionSampling(Sampling):
-    """Speculative rejection sampling (Leviathan et al. 2022, Algorithm 1) on a sequential stream.
-
-    Accepts a model draft with probability 1 - TV, but which random numbers decide a token depends on
-    the rounds' drafts: the same seed gives the same distribution, not the same text.
-    """
-
-    name = "rejection"
-
-    def __init__(self, seed: int) -> None:
-        super().__init__(seed)
-        self.rng = np.random.default_rng(seed)
-
-    def pick(self, d: Dist, pos: int) -> int:
-        return sample(d, self.rng)
-
-    def verify(self, p_at: PAt, q: Sequence[Dist], draft: Sequence[int], pos: int) -> tuple[list[int], int]:
-        for i, x in enumerate(draft):
-            p = p_at(i)
-            if self.rng.random() * q[i][x] < p[x]:  # accept with probability min(1, p(x) / q(x))
-                continue
-            if isinstance(p, OneHot):  # a rejection leaves all of a one-hot p's residual mass on its token
-                return [*draft[:i], p.token], i
-            n = p.size if isinstance(p, np.ndarray) else p.n_vocab
-            residual = np.maximum(dense(p, n) - dense(q[i], n), 0.0)
-            return [*draft[:i], sample(residual if residual.sum() > 0 else dense(p, n), self.rng)], i
-        return [*draft, sample(p_at(len(draft)), self.rng)], len(draft)
-
-
-SAMPLINGS: dict[str, type[Sampling]] = {s.name: s for s in (InvariantSampling, RejectionSampling)}

@@ -10,28 +10,14 @@ no more than this: adding a draft source means writing one subclass and register
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
-from localspec.core.sampling import Dist, OneHot, SamplerSettings, Sampling
+from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.costs import CostModel
 
 if TYPE_CHECKING:
     from localspec.llama.model import Model
-
-
-@dataclass
-class Draft:
-    """Proposed tokens and the distribution q each was drawn from (one-hot for a copy)."""
-
-    tokens: list[int] = field(default_factory=list)
-    q: list[Dist] = field(default_factory=list)
-
-    @classmethod
-    def copied(cls, tokens: Sequence[int]) -> Draft:
-        """A deterministic proposal: every q is one-hot at its token."""
-        return cls(list(tokens), [OneHot(t) for t in tokens])
 
 
 class Drafter(ABC):
@@ -65,8 +51,9 @@ class Drafter(ABC):
         return 0
 
     @abstractmethod
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
-        """Propose exactly k tokens to follow ctx (k never exceeds what survival offered, or max_k)."""
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
+        """Propose exactly k tokens to follow ctx (k never exceeds what survival offered, or max_k). A drafter
+        that samples picks with `sampling` at the positions its tokens take (the target's own noise)."""
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
         """Learn from a finished round: ctx ends with the tokens it emitted, the `accepted` of `drafted`

@@ -20,8 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from localspec.core.sampling import SamplerSettings, Sampling
-from localspec.drafting.base import Draft, Drafter
+from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.drafting.base import Drafter
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
@@ -258,8 +258,8 @@ class NgramDrafter(Drafter):
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return self.holds(len(self.propose(ctx, k_max)))
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
-        return Draft.copied(self.propose(ctx, k))
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
+        return list(self.propose(ctx, k))
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
         if by is None or by is self:

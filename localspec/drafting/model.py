@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from localspec.core.sampling import Dist, Probs, SamplerSettings, Sampling, process
-from localspec.drafting.base import Draft, Drafter
+from localspec.core.sampling import InvariantSampling, SamplerSettings, process
+from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel, amortized, best_k
 
 if TYPE_CHECKING:
@@ -91,20 +91,15 @@ class ModelDrafter(Drafter):
         self._probing = True
         return 1
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
-        out = Draft()
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
+        out: list[int] = []
         for _ in range(k):
             t0, n0 = time.perf_counter(), self.model.n_decoded
-            logits = self.model.sync(ctx + out.tokens)[-1]  # catches up on ctx first when behind
+            logits = self.model.sync(ctx + out)[-1]  # catches up on ctx first when behind
             if self.cost is not None and self.model.n_decoded - n0 == 1:
                 self.cost.observe_draft(time.perf_counter() - t0)
-            out.q.append(self._over_target(process(logits, sampler)))
-            out.tokens.append(sampling.pick(out.q[-1], len(ctx) + len(out.tokens)))  # the same noise as the target's
+            out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
         return out
-
-    def _over_target(self, q: Dist) -> Dist:
-        """q over the target's vocabulary (tokens beyond the draft's get probability 0)."""
-        return Probs(q.ids, q.p, self.n_vocab) if isinstance(q, Probs) else q
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
         if by is not self:

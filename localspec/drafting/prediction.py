@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from localspec.core.sampling import SamplerSettings, Sampling
-from localspec.drafting.base import Draft, Drafter
+from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.drafting.base import Drafter
 from localspec.drafting.copier import LineJoin, NgramDrafter
 
 _EDGE = -1  # marks the prediction's ends in the copier's view (never a token)
@@ -50,8 +50,8 @@ class PredictionDrafter(Drafter):
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return self.copier.holds(len(self._proposal(ctx, k_max)))
 
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: Sampling) -> Draft:
-        return Draft.copied(self._proposal(ctx, k))
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
+        return list(self._proposal(ctx, k))
 
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
         mine = self.copier if by is self else by

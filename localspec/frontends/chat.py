@@ -15,6 +15,7 @@ from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
 from localspec.core.conversation import Conversation
+from localspec.core.sampling import InvariantSampling
 from localspec.errors import LocalspecError
 from localspec.runtime import draft_model_of
 from localspec.settings import CHAT_SETTABLE, SETTINGS
@@ -198,7 +199,7 @@ def _set(repl: Repl, arg: str) -> None:
     elif name == "max_tokens":
         conv.max_tokens = value  # type: ignore[assignment]
     elif name == "seed":
-        engine.sampling = type(engine.sampling)(value)  # type: ignore[arg-type]
+        engine.sampling = InvariantSampling(value)  # type: ignore[arg-type]
     else:
         engine.sampler = dataclasses.replace(engine.sampler, **{name: value})  # type: ignore[arg-type]
     repl._say(f"{name} = {value if isinstance(value, str) else format(value, 'g')}")
