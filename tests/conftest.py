@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from localspec.core.sampling import SamplerSettings, gumbel_scores, process
 from localspec.llama.model import Model
 from localspec.models.catalog import catalog, models_dir
 from localspec.models.install import install
@@ -115,12 +116,30 @@ def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
 NEAR_TIE = 0.3  # logits: batched and one-token Q4_K decoding differ by ~0.1 (0.114 measured on a merge_sort prompt)
 
 
-def assert_same_greedy(target: Model, prompt: list[int], got: list[int], want: list[int]) -> None:
-    """Equal token for token, or the first difference is a near tie of the target's own logits there."""
-    if got == want:
+def assert_same_tokens(
+    target: Model,
+    prompt: list[int],
+    got: list[int],
+    want: list[int],
+    sampler: SamplerSettings | None = None,
+    seed: int = 0,
+) -> None:
+    """Equal token for token, or the first difference is a near tie where the target chose.
+
+    Greedy: of its raw logits. Sampled: of the perturbed scores log p + g that invariant sampling takes the
+    argmax of (log p moves by a logit difference over the temperature). A prefix (a cut-off answer) is equal.
+    """
+    n = min(len(got), len(want))
+    i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), n)
+    if i == n:
         return
-    i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
     logits = target.sync(prompt + want[:i], 1)[0]
-    top2 = np.sort(logits)[-2:]
+    if sampler is None or sampler.greedy:
+        top2, limit = np.sort(logits)[-2:], NEAR_TIE
+    else:
+        top2, limit = (
+            np.sort(gumbel_scores(process(logits, sampler), seed, len(prompt) + i)[1])[-2:],
+            NEAR_TIE / sampler.temperature,
+        )
     gap = float(top2[1] - top2[0])
-    assert gap < NEAR_TIE, f"greedy outputs differ at token {i} with a logit gap of {gap:.4f} (not a near tie)"
+    assert gap < limit, f"outputs differ at token {i} with a score gap of {gap:.4f} (not a near tie)"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from conftest import assert_same_tokens
 
 from localspec import LocalSpec
 from localspec.core.sampling import InvariantSampling, SamplerSettings
@@ -81,3 +82,35 @@ def test_prediction_speeds_up_without_changing_the_text(alone: LocalSpec) -> Non
     assert good.stats.accepted_by.get("prediction", 0) > len(good.tokens) // 2
     wrong = spec.generate(prompt, temperature=0, max_tokens=60, prediction="Something else entirely.\n" * 5)
     assert wrong.result() == baseline
+
+
+EDIT = (
+    "Rename the function area to rect_area everywhere in this code; reply with the code only.\n\n"
+    "def area(w, h):\n    return w * h\n\n\ndef total_area(shapes):\n"
+    "    return sum(area(w, h) for w, h in shapes)\n"
+)
+
+
+def test_a_seed_gives_the_same_text_with_and_without_drafting(alone: LocalSpec, target) -> None:
+    """The API's seed fixes the text whatever drafts: copies here, the draft model at a fixed k there."""
+    want = alone.generate(EDIT, temperature=0.9, max_tokens=60, seed=31)
+    want.result()
+    assert want.seed == 31 and want.stats.drafted == 0
+    prompt = alone.tokens(EDIT)
+    for spec in (LocalSpec.load(draft="ngram", ctx=2048), LocalSpec.load(k=3, ctx=2048)):
+        got = spec.generate(EDIT, temperature=0.9, max_tokens=60, seed=31)
+        got.result()
+        assert got.stats.drafted > 0
+        assert_same_tokens(target, prompt, got.tokens, want.tokens, SamplerSettings(0.9), 31)
+    unseeded = alone.generate(EDIT, temperature=0.9, max_tokens=8)
+    assert isinstance(unseeded.seed, int)  # a fresh seed, reported so the run can be repeated
+
+
+def test_each_generation_owns_its_figures(alone: LocalSpec) -> None:
+    first = alone.generate("Say one word.", temperature=0, max_tokens=4)
+    first.result()
+    figures = first.stats.to_dict()
+    second = alone.generate("Count to twenty.", temperature=0, max_tokens=30)
+    second.result()
+    assert first.stats.to_dict() == figures and second.stats is not first.stats
+    assert second.stats.completion_tokens == 30 != first.stats.completion_tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_same_greedy
+from conftest import assert_same_tokens
 from llama_cpp import Llama
 
 from localspec.core.engine import Engine
@@ -52,7 +52,7 @@ def test_greedy_equals_target_alone_and_llama_cpp(target, draft, reference, text
     assert len(baseline) == 64
     for k in (1, 4, 8):
         tokens, spec_text, stats = _run(target, draft, prompt, k)
-        assert_same_greedy(target, prompt, tokens, baseline)
+        assert_same_tokens(target, prompt, tokens, baseline)
         if tokens == baseline:
             assert spec_text == baseline_text
         assert stats.drafted > 0 and stats.target_passes < 64  # drafts were accepted: fewer target passes
@@ -142,7 +142,7 @@ def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
     baseline = _run(target, None, prompt, 0, n=80)[0]
     engine, stats, tokens = Engine(target, make_drafters(target, ngram=True), GREEDY, k, 0, cost=cost), Stats(), []
     "".join(p.text for p in engine.generate(prompt, 80, stats=stats, completion=tokens))
-    assert_same_greedy(target, prompt, tokens, baseline)
+    assert_same_tokens(target, prompt, tokens, baseline)
     assert stats.accepted >= len(baseline) // 4 and stats.target_passes < 0.8 * len(baseline)
     assert engine.drafter("ngram").join_lines == (text is QUOTE)
 
@@ -156,3 +156,31 @@ def test_logits_span_batch_chunks(draft_path) -> None:
     one_by_one = np.stack([small.sync(tokens[:i], 1)[0].copy() for i in range(7, 21)])
     assert len(tokens) == 20 and (chunked.argmax(1) == one_by_one.argmax(1)).all()
     assert np.abs(chunked - one_by_one).max() < 0.5
+
+
+def test_sampled_output_follows_the_target_with_a_real_drafter(target, draft) -> None:
+    """Chi-square of the first two tokens of 200 seeded generations (the second drafted by the draft model and
+    verified) against the target's own p(t1) p(t2 | t1), at significance 1e-3; rare pairs are pooled."""
+    from scipy.stats import chisquare
+
+    from localspec.core.sampling import process, support
+
+    sampler, prompt = SamplerSettings(), raw_tokens(target, "My favourite colour is")
+    counts: dict[tuple[int, int], int] = {}
+    drafted = 0
+    for seed in range(200):
+        tokens, _, stats = _run(target, draft, prompt, 1, n=3, sampler=sampler, seed=seed)
+        counts[tokens[0], tokens[1]] = counts.get((tokens[0], tokens[1]), 0) + 1
+        drafted += stats.drafted_by.get("model", 0)
+    assert drafted >= 160  # the second token was a verified model draft in (nearly) every run
+    expected: dict[tuple[int, int], float] = {}
+    ids1, p1 = support(process(target.sync(prompt, 1)[0].copy(), sampler))
+    for t1, q1 in zip(ids1.tolist(), p1, strict=True):
+        ids2, p2 = support(process(target.sync([*prompt, t1], 1)[0].copy(), sampler))
+        for t2, q2 in zip(ids2.tolist(), p2, strict=True):
+            expected[t1, t2] = 200 * q1 * q2
+    assert set(counts) <= set(expected)  # nothing outside the target's support
+    common = [pair for pair, e in expected.items() if e >= 5]
+    observed = [counts.get(pair, 0) for pair in common] + [200 - sum(counts.get(pair, 0) for pair in common)]
+    wanted = [expected[pair] for pair in common] + [200 - sum(expected[pair] for pair in common)]
+    assert len(common) >= 3 and chisquare(observed, wanted).pvalue > 1e-3

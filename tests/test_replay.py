@@ -23,7 +23,19 @@ def test_replay_estimates_hold_on_the_recorded_curve() -> None:
     """
     results = {r["task"]: r for r in _replay_module().replay(ROOT / "scripts" / "replay-answers.json")}
     speedup = {task: r["plain_seconds"] / r["seconds"] for task, r in results.items()}
-    assert speedup["edit-bugfix"] > 2.2 and speedup["edit-rename"] > 1.85 and speedup["edit-code"] > 1.8
-    assert speedup["summarize"] > 1.3
-    assert all(speedup[task] > 0.95 for task in ("chat", "chat-2", "short-haiku", "short-fact", "write-code"))
+    floor = {  # every recorded prompt: about 10% under its replayed speedup when set
+        "edit-rename": 1.85,
+        "edit-types": 1.15,
+        "edit-bugfix": 2.2,
+        "edit-code": 1.8,
+        "summarize": 1.3,
+        "summarize-2": 1.08,
+        "chat": 0.95,
+        "chat-2": 0.95,
+        "short-haiku": 0.95,
+        "short-fact": 0.95,
+        "write-code": 0.95,
+    }
+    assert speedup.keys() == floor.keys()
+    assert {task: s for task, s in speedup.items() if s <= floor[task]} == {}
     assert all(r["accepted"] <= r["drafted"] for r in results.values())
