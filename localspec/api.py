@@ -50,6 +50,7 @@ class Generation:
         self._tokens: list[int] = []
         self._started = False
         self.seed = seed  # the seed this generation samples with: the same seed gives the same text
+        self.prediction = next((d.prediction for d in drafters if isinstance(d, PredictionDrafter)), None)
         self.stats = Stats()  # this generation's figures (complete once it has ended)
 
     def __iter__(self) -> Generator[Piece, None, None]:

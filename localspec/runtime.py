@@ -10,10 +10,10 @@ from pathlib import Path
 from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
 from localspec.drafting.base import REGISTRY, Drafter
-from localspec.drafting.calibration import cached_draft_costs, measure_draft, model_key, save_costs, target_costs
+from localspec.drafting.calibration import decide_draft, model_key, target_costs
 from localspec.drafting.copier import LineJoin, NgramDrafter
 from localspec.drafting.costs import CostModel
-from localspec.drafting.model import PROBE_ALPHA, ModelDrafter, model_can_win
+from localspec.drafting.model import ModelDrafter
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, gpu_offload_supported
 from localspec.models.catalog import default_pair, resolve
@@ -103,19 +103,7 @@ def load_engine(cfg: RunConfig) -> Engine:
     if draft_path is not None and cost is not None:
         layers = gpu_layers(cfg.draft_gpu_layers)
         key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
-        if not cached_draft_costs(target, key, cost):
-            draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
-            measure_draft(draft, cost)
-            save_costs(target, draft, cost)
-        if model_can_win(cost):
-            draft = draft or _load(cfg, draft_path, cfg.draft_gpu_layers)
-        else:
-            draft = None
-            notes.append(
-                f"draft model {draft_path.name} not loaded: here it cannot beat the target alone even at "
-                f"{PROBE_ALPHA:.0%} acceptance (a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} "
-                f"target decodes)"
-            )
+        cost, draft, notes = decide_draft(target, key, lambda: _load(cfg, draft_path, cfg.draft_gpu_layers), cost)
     elif draft_path is not None:
         draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(

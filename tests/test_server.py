@@ -187,9 +187,24 @@ def test_prediction_is_used_and_changes_nothing(server: Server, target: Model) -
     _same(target, EDIT, good.choices[0].message.content, expected)
     details = good.usage.completion_tokens_details
     assert details.accepted_prediction_tokens > good.usage.completion_tokens // 2
+    assert (
+        details.rejected_prediction_tokens <= 2
+    )  # OpenAI's counts: the prediction's tokens in the answer, and the rest
     parts = [{"type": "text", "text": "nothing like "}, {"type": "text", "text": "the answer\n" * 8}]
     wrong = _chat(client, EDIT, temperature=0, max_tokens=80, prediction={"type": "content", "content": parts})
     _same(target, EDIT, wrong.choices[0].message.content, expected)
+    # partly right: the answer's lines, then lines it does not have
+    partly = expected.split("\n")[:3] + ["    unrelated = 1", "    other = 2"]
+    half = _chat(
+        client, EDIT, temperature=0, max_tokens=80, prediction={"type": "content", "content": "\n".join(partly)}
+    )
+    _same(target, EDIT, half.choices[0].message.content, expected)
+    predicted = len(target.tokenize("\n".join(partly)))
+    d = half.usage.completion_tokens_details
+    assert d.accepted_prediction_tokens + d.rejected_prediction_tokens == predicted
+    assert 0 < d.accepted_prediction_tokens < predicted and d.rejected_prediction_tokens >= len(
+        target.tokenize("unrelated = 1")
+    )
 
 
 def test_concurrent_clients_get_what_they_get_alone(server: Server, target: Model) -> None:

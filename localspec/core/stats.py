@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from difflib import SequenceMatcher
 from typing import Any
 
 _SUMMED = (
@@ -99,3 +101,11 @@ class Piece:
 
     text: str
     drafted: bool
+
+
+def prediction_usage(prediction: Sequence[int], completion: Sequence[int]) -> tuple[int, int]:
+    """(accepted, rejected) prediction tokens as OpenAI counts them: the prediction's tokens that appear in
+    the completion (in order, its longest matching blocks), and the rest of the prediction."""
+    matcher = SequenceMatcher(None, list(prediction), list(completion), autojunk=False)
+    accepted = sum(block.size for block in matcher.get_matching_blocks())
+    return accepted, len(prediction) - accepted

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from localspec.drafting.costs import CostModel
+from localspec.drafting.model import PROBE_ALPHA, model_can_win
 from localspec.llama.model import Model
 from localspec.paths import cache_dir
 
@@ -47,16 +49,17 @@ def _measure_target(target: Model) -> CostModel:
 
 
 def measure_draft(draft: Model, cost: CostModel) -> None:
-    """Time the draft's one-token decodes and a batched catch-up; store them in cost (at its scale)."""
+    """Time the draft's one-token decodes and a batched catch-up; store them in cost (as measured)."""
     base = list(draft.tokens)
     draft.sync([*base, _FILLER], 1)
     t0 = time.perf_counter()
     for i in range(4):
         draft.sync(base + [_FILLER] * (i + 2), 1)
-    cost.draft = (time.perf_counter() - t0) / 4 / cost.scale
+    cost.draft = (time.perf_counter() - t0) / 4
     draft.trim(len(base))
     n = min(_PREFILL, draft.n_batch, draft.n_ctx // 2)
-    cost.draft_prefill = _timed(draft, n, 1) / n / cost.scale
+    cost.draft_prefill = _timed(draft, n, 1) / n
+    cost.bound()
     draft.trim(len(base))
 
 
@@ -66,6 +69,12 @@ def _store() -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def calibrated_verdict(target: Model, draft_key: str) -> bool | None:
+    """Whether the draft model could win here when the pair was last measured afresh (None: not recorded)."""
+    verdict = _store().get(_key(target), {}).get("calibrated_wins", {}).get(draft_key)
+    return verdict if isinstance(verdict, bool) else None
 
 
 def cached_costs(target_key: str, draft_key: str | None = None) -> CostModel | None:
@@ -97,7 +106,8 @@ def cached_draft_costs(target: Model, draft_key: str, cost: CostModel) -> bool:
     cached = cached_costs(_key(target), draft_key)
     if cached is None:
         return False
-    cost.draft, cost.draft_prefill = cached.draft / cost.scale, cached.draft_prefill / cost.scale
+    cost.draft, cost.draft_prefill = cached.draft, cached.draft_prefill
+    cost.bound()
     return True
 
 
@@ -106,18 +116,64 @@ def load_costs(target: Model, draft: Model | None) -> CostModel:
     cost = target_costs(target)
     if draft is not None and not cached_draft_costs(target, _key(draft), cost):
         measure_draft(draft, cost)
-        save_costs(target, draft, cost)
+        save_costs(target, draft, cost, calibrated=True)
     return cost
 
 
-def save_costs(target: Model, draft: Model | None, cost: CostModel) -> None:
-    """Keep the (running-average) costs for the next run; never fails the caller."""
+def calibrate(target: Model, draft: Model | None) -> CostModel:
+    """Measure the pair afresh now and keep that as its costs (`localspec doctor --recalibrate`)."""
+    cost = _measure_target(target)
+    if draft is not None:
+        measure_draft(draft, cost)
+    save_costs(target, draft, cost, calibrated=True)
+    return cost
+
+
+def decide_draft(
+    target: Model, draft_key: str, load_draft: Callable[[], Model], cost: CostModel
+) -> tuple[CostModel, Model | None, list[str]]:
+    """The one decision whether to use a draft model: (costs, the loaded draft or None, notes for the user).
+
+    It is loaded only where its costs say it can beat the target alone here even at PROBE_ALPHA acceptance;
+    the first time it is loaded once to be measured. Where what was learned since disagrees with the verdict
+    of the last fresh measurement (a busy hour once made a CPU's draft model look like a winner), both are
+    measured afresh before the learned costs are trusted, and the notes say so.
+    """
+    draft, notes = None, []
+    if not cached_draft_costs(target, draft_key, cost):
+        draft = load_draft()
+        measure_draft(draft, cost)
+        save_costs(target, draft, cost, calibrated=True)
+    elif (verdict := calibrated_verdict(target, draft_key)) is not None and model_can_win(cost) != verdict:
+        draft = load_draft()
+        learned = "a winner" if model_can_win(cost) else "a loser"
+        cost = calibrate(target, draft)
+        notes.append(
+            f"the learned costs had drifted from this machine's last measurement (the draft model looked like "
+            f"{learned}): measured afresh"
+        )
+    if model_can_win(cost):
+        return cost, draft or load_draft(), notes
+    notes.append(
+        f"draft model {Path(draft_key.split('|')[0]).name} not loaded: here it cannot beat the target alone even at "
+        f"{PROBE_ALPHA:.0%} acceptance (a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} "
+        f"target decodes)"
+    )
+    return cost, None, notes
+
+
+def save_costs(target: Model, draft: Model | None, cost: CostModel, *, calibrated: bool = False) -> None:
+    """Keep the learned quiet costs for the next run (never the session's load); never fails the caller.
+
+    `calibrated`: these costs were just measured afresh; their verdict on the draft model is kept too."""
     store = _store()
     entry = store.setdefault(_key(target), {})
     entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
     if draft is not None:
-        entry.setdefault("draft", {})[_key(draft)] = cost.draft_token
-        entry.setdefault("draft_prefill", {})[_key(draft)] = cost.draft_prefill_token
+        entry.setdefault("draft", {})[_key(draft)] = cost.draft
+        entry.setdefault("draft_prefill", {})[_key(draft)] = cost.draft_prefill
+        if calibrated:
+            entry.setdefault("calibrated_wins", {})[_key(draft)] = model_can_win(cost)
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
         tmp = cache_dir() / "costs.json.tmp"

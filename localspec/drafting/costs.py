@@ -11,26 +11,36 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+QUIET = 1.15  # a session whose speed is within this factor of the quiet curve may teach the curve a slowdown
+_FLOOR_BATCH = 64  # the batch size whose per-token cost bounds a prefill's
+
 
 @dataclass
 class CostModel:
     """Seconds of one target decode of n tokens (interpolated between measured n) and of one draft token.
 
-    Both are kept as a shape times a scale: every target decode moves the scale, so the whole curve and
-    the draft's cost follow a machine that got slower or faster (load, thermals), not just the sizes
-    used, and the draft never looks cheap only because it last ran when the machine was idle.
+    `verify`, `draft` and `draft_prefill` are this hardware's quiet costs, the ones kept between runs;
+    `scale` is how much slower the machine runs now (load, thermals). Decisions use both, so the whole
+    curve and the draft follow a machine that got slower, and the draft never looks cheap only because
+    it last ran when the machine was idle. Load only adds time, so what is kept learns from what it
+    sees asymmetrically: a decode faster than the kept cost is the hardware's truth and is learned at
+    once; a slower one only slowly, and only in a session that runs near the quiet speed: a busy hour
+    is forgotten, not learned as the hardware's curve. `bound()` keeps the physics: costs grow with
+    the batch while the cost per token falls, and a draft's batched catch-up costs per token at least
+    half of what the target's own batching would predict.
     """
 
     verify: dict[int, float]
-    draft: float = 0.0  # seconds of one draft token, at scale 1
-    draft_prefill: float = 0.0  # seconds per token of a draft-model prefill (catching up), at scale 1
+    draft: float = 0.0  # seconds of one draft token, quiet
+    draft_prefill: float = 0.0  # seconds per token of a draft-model prefill (catching up), quiet
     ema: float = 0.3  # weight of a new measurement in the scale (the machine's speed now) ...
-    shape_ema: float = 0.05  # ... and in the shape (this hardware's curve: steady, so learned slowly)
+    shape_ema: float = 0.05  # ... and in a quiet slowdown of the kept costs (steady hardware: learned slowly)
     scale: float = 1.0
     _ns: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self._ns = sorted(self.verify)
+        self.bound()
 
     @property
     def draft_token(self) -> float:
@@ -42,13 +52,18 @@ class CostModel:
         """Estimated seconds per token of a draft-model catch-up (a batched prefill) now."""
         return self.scale * (self.draft_prefill or self.draft)
 
+    @property
+    def quiet(self) -> bool:
+        """Whether the machine runs near its quiet speed now."""
+        return self.scale <= QUIET
+
     def verify_cost(self, n: int) -> float:
         """Estimated seconds for a target decode of n tokens, logits at all n."""
         return self.scale * self._shape(n)
 
     def curve(self) -> dict[int, float]:
-        """The current estimate at every measured size (what is saved for the next run)."""
-        return {n: self.verify_cost(n) for n in self._ns}
+        """The quiet cost at every measured size (what is kept for the next run)."""
+        return {n: self.verify[n] for n in self._ns}
 
     def _shape(self, n: int) -> float:
         ns, v = self._ns, self.verify
@@ -63,25 +78,42 @@ class CostModel:
         a, b = ns[i - 1], ns[i]
         return v[a] + (v[b] - v[a]) * (n - a) / (b - a)
 
-    def observe_verify(self, n: int, seconds: float) -> None:
-        """Fold a measured decode into the scale and into the running average of its batch size.
+    def _learned(self, kept: float, seconds: float, weight: float) -> float:
+        """A kept quiet cost after one measurement: down at once toward a faster one, up slowly when quiet."""
+        if seconds < kept:
+            return kept + 0.5 * (seconds - kept)
+        return kept * (1 + weight * (min(seconds / kept, 2.0) - 1)) if self.quiet else kept
 
-        A lasting slowdown seen at one size goes mostly into the scale, not the shape, so it does not
-        make other sizes (or the draft) look cheap; one measurement counts as at most twice the
-        estimate (a decode stalled by a burst of load); a new size starts halfway between the
-        interpolated and the measured cost.
+    def observe_verify(self, n: int, seconds: float) -> None:
+        """Fold a measured decode into the scale (the speed now) and the kept quiet cost of its size.
+
+        One measurement counts as at most twice the estimate (a decode stalled by a burst of load); a new
+        size starts halfway between the interpolated and the measured cost.
         """
         ratio = min(max(seconds / self.verify_cost(n), 0.5), 2.0)
-        self.scale *= ratio**self.ema
-        shape, weight = self._shape(n), self.shape_ema if n in self.verify else 0.5
-        self.verify[n] = shape * (1 - weight + weight * ratio ** (1 - self.ema))  # toward measured / new scale
+        self.scale = max(self.scale * ratio**self.ema, 1.0)  # never faster than quiet: that is the curve's
+        self.verify[n] = self._learned(self._shape(n), seconds, self.shape_ema if n in self.verify else 0.5)
         if len(self._ns) != len(self.verify):
             self._ns = sorted(self.verify)
+        self.bound()
 
     def observe_draft(self, seconds_per_token: float) -> None:
-        """Fold a measured draft token into its running average (relative to the current scale)."""
-        measured = min(max(seconds_per_token, 0.5 * self.draft_token), 2.0 * self.draft_token) or seconds_per_token
-        self.draft += self.shape_ema * (measured / self.scale - self.draft)
+        """Fold a measured draft token into its kept quiet cost (compared as measured, never rescaled)."""
+        self.draft = self._learned(self.draft, seconds_per_token, self.shape_ema) if self.draft else seconds_per_token
+        self.bound()
+
+    def bound(self) -> None:
+        """Make the kept costs physical: a decode of more tokens costs no less, and no more per token; a
+        draft's catch-up costs per token at least half the draft token times the target's own batch saving."""
+        last_n, last = 0, 0.0
+        for n in self._ns:
+            v = max(self.verify[n], last)
+            if last_n:
+                v = min(v, last * n / last_n)
+            self.verify[n], last_n, last = v, n, v
+        if self.draft and self.verify:
+            saving = self._shape(_FLOOR_BATCH) / _FLOOR_BATCH / self._shape(1)
+            self.draft_prefill = max(self.draft_prefill or self.draft, 0.5 * self.draft * saving)
 
 
 def best_k(survival: Sequence[float], cost: CostModel, draft_cost: float) -> tuple[int, float]:

@@ -544,9 +544,15 @@ def doctor(
         float, typer.Option("--seconds", min=0.5, max=60, help="Length of each model's speed probe.")
     ] = 3.0,
     threads: Threads = None,
+    recalibrate: Annotated[
+        bool,
+        typer.Option(
+            "--recalibrate", help="Measure the default pair's decode costs afresh and replace the learned ones."
+        ),
+    ] = False,
 ) -> None:
     """Check this machine: the llama.cpp build, the models here, the default pair, and their speed."""
-    from localspec.frontends.doctor import draft_verdict, probe
+    from localspec.frontends.doctor import draft_verdict, learned_curve, probe
     from localspec.llama.model import amx_weights_disabled, build
     from localspec.models.catalog import default_pair, resolve
     from localspec.models.inventory import find_models
@@ -576,7 +582,14 @@ def doctor(
         t, d = resolve(t_model.name), resolve(d_model.name)
         problem = mismatch(t, d)
         print(f"default pair {t_model.name} + {d_model.name}: {problem if problem else 'compatible'}")
+        if recalibrate and not problem:
+            from localspec.drafting.calibration import calibrate
+            from localspec.runtime import RunConfig, load_models
+
+            calibrate(*load_models(RunConfig(threads=n_threads)))
+            print("recalibrated: the learned costs were replaced by a fresh measurement")
         print(f"draft model here: {draft_verdict(t, d, n_threads)}")
+        print(learned_curve(t, d, n_threads))
     except LocalspecError as e:
         print(f"default pair: {e}")
     for entry in [e for e in entries if e.info]:

@@ -43,16 +43,29 @@ def probe(path: Path, *, seconds: float = 3.0, threads: int | None = None, gpu_l
     return Probe(n / elapsed, time.perf_counter() - t1, elapsed / n)
 
 
-def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
-    """Whether `generate` loads the draft model here, from the measured costs (default settings)."""
+def _keys(target: Path, draft: Path, threads: int, ctx: int) -> tuple[str, str]:
     layers = 999 if gpu_offload_supported() else 0
-    cost = cached_costs(
+    return (
         model_key(target, threads=threads, gpu_layers=layers, ctx=ctx),
         model_key(draft, threads=threads, gpu_layers=layers, ctx=ctx),
     )
+
+
+def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
+    """Whether `generate` loads the draft model here, from the costs it uses (default settings)."""
+    cost = cached_costs(*_keys(target, draft, threads, ctx))
     if cost is None:
         return "not measured yet (the first `localspec generate` measures it)"
     ratio = f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"
     if model_can_win(cost):
         return f"used where it wins ({ratio}); its cache catches up only when it drafts"
     return f"not loaded: it cannot beat the target alone here even at {PROBE_ALPHA:.0%} acceptance ({ratio})"
+
+
+def learned_curve(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
+    """The verify costs `generate` uses here (default settings), one line: what the probe is compared with."""
+    cost = cached_costs(_keys(target, draft, threads, ctx)[0])
+    if cost is None:
+        return "learned costs: none yet"
+    sizes = ", ".join(f"{n}: {cost.verify_cost(n) * 1e3:.0f}" for n in (1, 2, 4, 8, 16, 32, 64))
+    return f"learned verify costs in ms (tokens: ms) {sizes}"

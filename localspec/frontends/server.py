@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from localspec.api import Generation, LocalSpec
-from localspec.core.stats import Piece, Stats
+from localspec.core.stats import Piece, Stats, prediction_usage
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull
 from localspec.models.catalog import catalog, default_pair
@@ -182,7 +182,7 @@ class Served:
     text: str
     stats: Stats
     seed: int
-    predicted: bool
+    prediction: tuple[int, int] | None  # (accepted, rejected) prediction tokens, OpenAI's way
     first_token: float  # seconds from the request's arrival to its first text
 
 
@@ -231,17 +231,16 @@ class Worker:
 
 # ---- the app ----------------------------------------------------------------------------------
 def _usage(served: Served) -> dict[str, Any]:
-    st, predicted = served.stats, served.predicted
-    drafted = st.drafted_by.get("prediction", 0)
-    accepted = st.accepted_by.get("prediction", 0)
+    st = served.stats
+    accepted, rejected = served.prediction or (0, 0)
     return {
         "prompt_tokens": st.prompt_tokens,
         "completion_tokens": st.completion_tokens,
         "total_tokens": st.prompt_tokens + st.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": st.prompt_tokens - st.prefill_tokens},
         "completion_tokens_details": {
-            "accepted_prediction_tokens": accepted if predicted else 0,
-            "rejected_prediction_tokens": drafted - accepted if predicted else 0,
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": rejected,
             "reasoning_tokens": 0,
         },
         "localspec": {
@@ -395,9 +394,8 @@ def create_app(
         first: list[float] = []
 
         def done() -> Served:
-            served = Served(
-                run.text, run.stats, run.seed, prediction is not None, (first or [time.perf_counter()])[0] - t0
-            )
+            predicted = None if run.prediction is None else prediction_usage(run.prediction, run.tokens)
+            served = Served(run.text, run.stats, run.seed, predicted, (first or [time.perf_counter()])[0] - t0)
             st = served.stats
             line = (
                 f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
