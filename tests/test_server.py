@@ -194,7 +194,7 @@ def test_prediction_is_used_and_changes_nothing(server: Server, target: Model) -
     wrong = _chat(client, EDIT, temperature=0, max_tokens=80, prediction={"type": "content", "content": parts})
     _same(target, EDIT, wrong.choices[0].message.content, expected)
     # partly right: the answer's lines, then lines it does not have
-    partly = expected.split("\n")[:3] + ["    unrelated = 1", "    other = 2"]
+    partly = [*expected.split("\n")[:3], "    unrelated = 1", "    other = 2"]
     half = _chat(
         client, EDIT, temperature=0, max_tokens=80, prediction={"type": "content", "content": "\n".join(partly)}
     )
