@@ -16,15 +16,15 @@ from __future__ import annotations
 import secrets
 from collections.abc import Generator, Sequence
 
-from localspec.core.engine import Engine
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.core.stats import Piece, Stats
+from localspec.decoding.engine import Engine
+from localspec.decoding.loader import RunConfig, draft_model_of, load_engine
 from localspec.drafting.base import Drafter
 from localspec.drafting.calibration import save_costs
 from localspec.drafting.copier import LineJoin
 from localspec.drafting.prediction import PredictionDrafter
 from localspec.llama.template import Message, chat_tokens, raw_tokens
-from localspec.runtime import RunConfig, draft_model_of, load_engine
 from localspec.settings import SETTINGS
 
 Prompt = str | Sequence[Message]
@@ -105,7 +105,7 @@ class LocalSpec:
         gpu_layers: int = -1,
         draft_gpu_layers: int = -1,
         flash_attn: bool = False,
-        ngram: bool = True,
+        copier: bool = True,
         no_draft: bool = False,
         seed: int | None = None,
         drafters: Sequence[str] = (),
@@ -129,7 +129,7 @@ class LocalSpec:
             target=target,
             draft=draft,
             no_draft=no_draft,
-            ngram=ngram,
+            copier=copier,
             k=None if k == "auto" else int(k),
             seed=seed,
             ctx=ctx,

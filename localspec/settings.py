@@ -135,7 +135,8 @@ SETTINGS: dict[str, Setting] = {
             str,
             "auto",
             "Drafter: 'auto' (n-gram copying, plus the default draft model where its measured "
-            "costs say it can win here), 'ngram' (copying from the prompt and output only, no draft model), or a "
+            "costs say it can win here), 'copier' (copying from the prompt and output only, no draft model; 'ngram' "
+            "is the same), or a "
             "draft GGUF with the target's vocabulary (anything --target takes).",
             ("--draft", "-d"),
             env="LOCALSPEC_DRAFT",

@@ -19,19 +19,19 @@ import argparse
 import json
 from pathlib import Path
 
-from localspec.drafting.copier import LineJoin, NgramDrafter
+from localspec.decoding.planner import NONE, Planner
+from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel
-from localspec.drafting.planner import NONE, Planner
 
 
 def record(out: Path, max_tokens: int) -> None:
     """Greedy answers of the built-in bench prompts, with the tokenizer's pieces the line-joiner needs."""
-    from localspec.core.engine import Engine
     from localspec.core.sampling import SamplerSettings
+    from localspec.decoding.engine import Engine
+    from localspec.decoding.loader import RunConfig, load_models
     from localspec.drafting.calibration import target_costs
     from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
     from localspec.llama.template import chat_tokens
-    from localspec.runtime import RunConfig, load_models
 
     target, _ = load_models(RunConfig(no_draft=True))
     cost = target_costs(target)
@@ -69,7 +69,7 @@ def replay(path: Path, curve: Path | None = None) -> list[dict[str, float | int 
 
     results = []
     for row in data["answers"]:
-        drafter = NgramDrafter(LineJoin(lambda t: pieces.get(t, b"?"), tokenize))
+        drafter = Copier(LineJoin(lambda t: pieces.get(t, b"?"), tokenize))
         planner = Planner([drafter], k=None, cost=cost)
         prompt, answer = row["prompt"], row["answer"]
         drafter.start(len(prompt))

@@ -65,7 +65,7 @@ def test_a_new_drafter_is_one_class_and_a_registration(alone: LocalSpec, right: 
     baseline, tokens = run.result(), run.tokens
     proposals = tokens if right else [t + 1 for t in tokens]
     register("fixed", lambda target: FixedList(proposals))
-    spec = LocalSpec.load(k=8, ngram=False, draft="ngram", drafters=["fixed"], ctx=2048)
+    spec = LocalSpec.load(k=8, copier=False, draft="copier", drafters=["fixed"], ctx=2048)
     out = spec.generate(PROMPT, temperature=0, max_tokens=40)
     assert out.result() == baseline
     drafted, accepted = out.stats.drafted_by["fixed"], out.stats.accepted_by.get("fixed", 0)
@@ -76,7 +76,7 @@ def test_prediction_speeds_up_without_changing_the_text(alone: LocalSpec) -> Non
     code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
     prompt = f"Rename the parameter w to width in this code; reply with the code only.\n\n{code}"
     baseline = alone.generate(prompt, temperature=0, max_tokens=60).result()
-    spec = LocalSpec.load(draft="ngram", ctx=2048)
+    spec = LocalSpec.load(draft="copier", ctx=2048)
     good = spec.generate(prompt, temperature=0, max_tokens=60, prediction=baseline)
     assert good.result() == baseline
     assert good.stats.accepted_by.get("prediction", 0) > len(good.tokens) // 2
@@ -97,7 +97,7 @@ def test_a_seed_gives_the_same_text_with_and_without_drafting(alone: LocalSpec, 
     want.result()
     assert want.seed == 31 and want.stats.drafted == 0
     prompt = alone.tokens(EDIT)
-    for spec in (LocalSpec.load(draft="ngram", ctx=2048), LocalSpec.load(k=3, ctx=2048)):
+    for spec in (LocalSpec.load(draft="copier", ctx=2048), LocalSpec.load(k=3, ctx=2048)):
         got = spec.generate(EDIT, temperature=0.9, max_tokens=60, seed=31)
         got.result()
         assert got.stats.drafted > 0

@@ -14,12 +14,12 @@ from conftest import assert_same_tokens
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from localspec.core.conversation import Conversation
-from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
+from localspec.decoding.conversation import Conversation
+from localspec.decoding.engine import Engine
+from localspec.decoding.loader import make_drafters
 from localspec.frontends.chat import DRAFT_COLOR, Repl
 from localspec.llama.model import Model
-from localspec.runtime import make_drafters
 
 GREEDY = SamplerSettings(temperature=0)
 

@@ -103,14 +103,14 @@ def test_same_seed_same_text_whatever_drafts(target: Model, temperature: str) ->
     fixed k (which loads the draft model), each in its own process, on an edit where drafting happens."""
     runs = {
         " ".join(flags) or "default": _json("--seed", "5", "--temperature", temperature, "-n", "80", *flags, EDIT)
-        for flags in [(), ("--no-draft",), ("--draft", "ngram"), ("--k", "4")]
+        for flags in [(), ("--no-draft",), ("--draft", "copier"), ("--k", "4")]
     }
     alone = runs.pop("--no-draft")
     assert alone["drafted"] == 0 and alone["seed"] == 5
     for name, out in runs.items():
         assert out["drafted"] > 0, name  # a comparison of drafted text, not of the target alone with itself
         _same_text(target, EDIT, out, alone)
-    assert runs["--k 4"]["drafted_by"].get("model", 0) > 0  # the draft model sampled with the target's noise
+    assert runs["--k 4"]["drafted_by"].get("draft_model", 0) > 0  # the draft model sampled with the target's noise
 
 
 def test_stop_string_not_printed(target_path, draft_path) -> None:
@@ -170,7 +170,7 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out_json.read_text())
     strategies = {r["strategy"] for r in data["rows"]}
-    assert {"target-only", "model k=2", "model k=4", "model k=8", "ngram k=32", "auto"} <= strategies
+    assert {"target-only", "draft_model k=2", "draft_model k=4", "draft_model k=8", "copier k=32", "auto"} <= strategies
     assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2"}
     assert sum(r["strategy"] != LOOKUP for r in data["rows"]) == 2 * 6  # one row each
     auto = next(r for r in data["rows"] if r["strategy"] == "auto" and r["task"] == "rename")
@@ -179,7 +179,7 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     assert all(r["clock_tokens_per_second"] > 0 for r in data["rows"])  # every run was timed against the clock
     for r in data["rows"]:
         assert 0 < r["load_seconds"] < r["time_to_first_token"] <= r["total_seconds"]
-    copies = next(r for r in data["rows"] if r["strategy"] == "ngram k=32" and r["task"] == "rename")
+    copies = next(r for r in data["rows"] if r["strategy"] == "copier k=32" and r["task"] == "rename")
     assert copies["acceptance_rate"] and copies["tokens_per_pass"] > 1  # the rename's copies were verified wide
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "target-only" in proc.stdout and "auto" in proc.stdout

@@ -7,12 +7,12 @@ import pytest
 from conftest import assert_same_tokens
 from llama_cpp import Llama
 
-from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
+from localspec.decoding.engine import Engine
+from localspec.decoding.loader import make_drafters
 from localspec.llama.model import Model, new_llama
 from localspec.llama.template import chat_tokens, raw_tokens
-from localspec.runtime import make_drafters
 
 GREEDY = SamplerSettings(temperature=0)
 PROMPTS = [
@@ -140,11 +140,11 @@ def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
     cost = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576})
     prompt = chat_tokens(target, [{"role": "user", "content": text}])
     baseline = _run(target, None, prompt, 0, n=80)[0]
-    engine, stats, tokens = Engine(target, make_drafters(target, ngram=True), GREEDY, k, 0, cost=cost), Stats(), []
+    engine, stats, tokens = Engine(target, make_drafters(target, copier=True), GREEDY, k, 0, cost=cost), Stats(), []
     "".join(p.text for p in engine.generate(prompt, 80, stats=stats, completion=tokens))
     assert_same_tokens(target, prompt, tokens, baseline)
     assert stats.accepted >= len(baseline) // 4 and stats.target_passes < 0.8 * len(baseline)
-    assert engine.drafter("ngram").join_lines == (text is QUOTE)
+    assert engine.drafter("copier").join_lines == (text is QUOTE)
 
 
 def test_logits_span_batch_chunks(draft_path) -> None:
@@ -171,7 +171,7 @@ def test_sampled_output_follows_the_target_with_a_real_drafter(target, draft) ->
     for seed in range(200):
         tokens, _, stats = _run(target, draft, prompt, 1, n=3, sampler=sampler, seed=seed)
         counts[tokens[0], tokens[1]] = counts.get((tokens[0], tokens[1]), 0) + 1
-        drafted += stats.drafted_by.get("model", 0)
+        drafted += stats.drafted_by.get("draft_model", 0)
     assert drafted >= 160  # the second token was a verified model draft in (nearly) every run
     expected: dict[tuple[int, int], float] = {}
     ids1, p1 = support(process(target.sync(prompt, 1)[0].copy(), sampler))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import one_line_error, run_cli
 
+from localspec.decoding.loader import RunConfig, load_models
 from localspec.llama.model import amx_weights_disabled, gpu_offload_supported
 from localspec.models.catalog import catalog
-from localspec.runtime import RunConfig, load_models
 
 REPO = "test-org/tiny-GGUF"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

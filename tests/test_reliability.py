@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_chat import drive
 
-from localspec.core.conversation import Conversation
-from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
+from localspec.decoding.conversation import Conversation
+from localspec.decoding.engine import Engine
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import assert_same_tokens, run_cli
 
-from localspec.core.conversation import Conversation
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
+from localspec.decoding.conversation import Conversation
+from localspec.decoding.loader import RunConfig, default_threads, draft_model_of, load_engine
 from localspec.drafting.calibration import model_key
-from localspec.drafting.model import ModelDrafter
-from localspec.runtime import RunConfig, default_threads, draft_model_of, load_engine
+from localspec.drafting.draft_model import DraftModelDrafter
 
 GREEDY = SamplerSettings(temperature=0)
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes
@@ -45,7 +45,7 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
     written = (tmp_path / "costs.json").read_text()
     engine = load_engine(RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0))
     assert json.loads((tmp_path / "costs.json").read_text()).keys() == json.loads(written).keys()  # nothing measured
-    assert draft_model_of(engine) is None and [d.name for d in engine.drafters] == ["ngram"]
+    assert draft_model_of(engine) is None and [d.name for d in engine.drafters] == ["copier"]
     assert any("not loaded" in note for note in engine.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
     stats = Stats()
@@ -87,11 +87,11 @@ def test_setup_cost_is_priced_against_the_tokens_left() -> None:
     """A catch-up of 2,000 tokens is worth paying for a long answer, not for the last few tokens."""
     from types import SimpleNamespace
 
+    from localspec.decoding.planner import Planner
     from localspec.drafting.costs import CostModel
-    from localspec.drafting.planner import Planner
 
     cost = CostModel(dict(GPU_CURVE), draft=0.002, draft_prefill=0.0004)
-    drafter = ModelDrafter(SimpleNamespace(tokens=[]), 151936, cost)  # type: ignore[arg-type]
+    drafter = DraftModelDrafter(SimpleNamespace(tokens=[]), 151936, cost)  # type: ignore[arg-type]
     planner = Planner([drafter], k=None, cost=cost)
     ctx = list(range(2000))
     assert planner.plan(ctx, room=8).drafter is None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.drafting.costs import CostModel
-from localspec.drafting.model import PROBE_ALPHA, model_can_win
+from localspec.drafting.draft_model import PROBE_ALPHA, model_can_win
 from localspec.llama.model import Model
 from localspec.paths import cache_dir
 

@@ -152,13 +152,13 @@ class LineJoin:
         return self._joined[key]
 
 
-class NgramDrafter(Drafter):
+class Copier(Drafter):
     """Copies continuations from the context: where the copy points, resynchronizing after edits.
 
     What the output does to the source is kept in `rewrites`, how long copies hold in `stats`.
     """
 
-    name = "ngram"
+    name = "copier"
     max_k: ClassVar[int] = 64
 
     def __init__(

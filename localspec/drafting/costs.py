@@ -26,8 +26,8 @@ class CostModel:
     sees asymmetrically: a decode faster than the kept cost is the hardware's truth and is learned at
     once; a slower one only slowly, and only in a session that runs near the quiet speed: a busy hour
     is forgotten, not learned as the hardware's curve. `bound()` keeps the physics: costs grow with
-    the batch while the cost per token falls, and a draft's batched catch-up costs per token at least
-    half of what the target's own batching would predict.
+    the batch, and a draft's batched catch-up costs per token at least half of what the target's own
+    batching would predict.
     """
 
     verify: dict[int, float]
@@ -103,14 +103,12 @@ class CostModel:
         self.bound()
 
     def bound(self) -> None:
-        """Make the kept costs physical: a decode of more tokens costs no less, and no more per token; a
-        draft's catch-up costs per token at least half the draft token times the target's own batch saving."""
-        last_n, last = 0, 0.0
+        """Make the kept costs physical: a decode of more tokens costs no less (per token it need not fall:
+        llama.cpp switches kernels with the batch size); a draft's catch-up costs per token at least half the
+        draft token times the target's own batch saving."""
+        last = 0.0
         for n in self._ns:
-            v = max(self.verify[n], last)
-            if last_n:
-                v = min(v, last * n / last_n)
-            self.verify[n], last_n, last = v, n, v
+            self.verify[n] = last = max(self.verify[n], last)
         if self.draft and self.verify:
             saving = self._shape(_FLOOR_BATCH) / _FLOOR_BATCH / self._shape(1)
             self.draft_prefill = max(self.draft_prefill or self.draft, 0.5 * self.draft * saving)

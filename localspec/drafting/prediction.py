@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Drafter
-from localspec.drafting.copier import LineJoin, NgramDrafter
+from localspec.drafting.copier import Copier, LineJoin
 
 _EDGE = -1  # marks the prediction's ends in the copier's view (never a token)
 
@@ -30,7 +30,7 @@ class PredictionDrafter(Drafter):
 
     def __init__(self, prediction: list[int], join: LineJoin | None = None) -> None:
         self.prediction = list(prediction)
-        self.copier = NgramDrafter(join)
+        self.copier = Copier(join)
         self._prompt_len = 0
 
     def _view(self, ctx: list[int]) -> list[int]:

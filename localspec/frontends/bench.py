@@ -13,14 +13,14 @@ from rich.console import Console
 from rich.table import Table
 
 from localspec.api import LocalSpec
-from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
+from localspec.decoding.engine import Engine
+from localspec.decoding.loader import RunConfig
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
-from localspec.runtime import RunConfig
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,9 @@ class Strategy:
 
     name: str
     k: int | None  # None: the cost-aware planner
-    draft: str = "auto"  # as --draft: "auto" (the draft model where it can win, plus copies) or "ngram"
+    draft: str = "auto"  # as --draft: "auto" (the draft model where it can win, plus the copier) or "copier"
     no_draft: bool = False
-    ngram: bool = True
+    copier: bool = True
 
     def config(self, base: RunConfig) -> RunConfig:
         return replace(
@@ -39,16 +39,16 @@ class Strategy:
             k=self.k,
             draft=base.draft if self.draft == "auto" else self.draft,
             no_draft=self.no_draft,
-            ngram=self.ngram,
+            copier=self.copier,
         )
 
 
 STRATEGIES = [
     Strategy("target-only", 0, no_draft=True),
-    Strategy("model k=2", 2, ngram=False),
-    Strategy("model k=4", 4, ngram=False),
-    Strategy("model k=8", 8, ngram=False),
-    Strategy("ngram k=32", 32, draft="ngram"),
+    Strategy("draft_model k=2", 2, copier=False),
+    Strategy("draft_model k=4", 4, copier=False),
+    Strategy("draft_model k=8", 8, copier=False),
+    Strategy("copier k=32", 32, draft="copier"),
     Strategy("auto", None),
 ]
 LOOKUP = "llama-cpp-python prompt lookup"
@@ -308,7 +308,7 @@ def run_bench(
                     progress(f"{p['task']}: {st.name}")
         baseline = totals[strategies[0].name]
         rows += [
-            _row(st.name, p["task"], totals[st.name], baseline, c if st.k and not st.ngram else 0.0, cost)
+            _row(st.name, p["task"], totals[st.name], baseline, c if st.k and not st.copier else 0.0, cost)
             for st in strategies
         ]
         if lookup:

@@ -14,10 +14,10 @@ from prompt_toolkit.completion import NestedCompleter
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
-from localspec.core.conversation import Conversation
 from localspec.core.sampling import InvariantSampling
+from localspec.decoding.conversation import Conversation
+from localspec.decoding.loader import draft_model_of
 from localspec.errors import LocalspecError
-from localspec.runtime import draft_model_of
 from localspec.settings import CHAT_SETTABLE, SETTINGS
 
 DRAFT_COLOR, RESET = "\x1b[36m", "\x1b[0m"

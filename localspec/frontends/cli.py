@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from localspec.core.sampling import SamplerSettings
+from localspec.decoding.loader import RunConfig
 from localspec.errors import LocalspecError
-from localspec.runtime import RunConfig
 from localspec.settings import SETTINGS
 
 app = typer.Typer(
@@ -49,7 +49,7 @@ _RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "target": (_opt("target"), None),
     "draft": (_opt("draft"), "auto"),
     "no_draft": (_flag("--no-draft", help="Run the target alone through the same sampler (the baseline)."), False),
-    "no_ngram": (_flag("--no-ngram", help="Draft with the model only, no n-gram copying."), False),
+    "no_copier": (_flag("--no-copier", "--no-ngram", help="Draft with the draft model only: no copier."), False),
     **{
         name: (_opt(name), SETTINGS[name].default)
         for name in (
@@ -131,7 +131,7 @@ def _config(opts: dict[str, Any]) -> RunConfig:
         target=opts["target"],
         draft=opts["draft"],
         no_draft=opts["no_draft"],
-        ngram=not opts["no_ngram"],
+        copier=not opts["no_copier"],
         k=None if k == "auto" else int(k),
         sampler=SamplerSettings(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"]),
         seed=opts["seed"],
@@ -227,7 +227,7 @@ def chat(
 ) -> None:
     """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
     from localspec.api import LocalSpec
-    from localspec.core.conversation import Conversation
+    from localspec.decoding.conversation import Conversation
     from localspec.frontends.chat import Repl
     from localspec.frontends.generate import loading
     from localspec.paths import data_dir
@@ -317,7 +317,7 @@ def bench(
         str | None,
         typer.Option(
             "--strategies",
-            help="Comma-separated strategies to run (default: all): target-only, 'model k=2', 'model k=4', 'model k=8', 'ngram k=32', auto. The target alone always runs: it is the baseline.",
+            help="Comma-separated strategies to run (default: all): target-only, 'draft_model k=2', 'draft_model k=4', 'draft_model k=8', 'copier k=32', auto. The target alone always runs: it is the baseline.",
         ),
     ] = None,
     max_tokens: MaxTokens = 400,
@@ -349,10 +349,10 @@ def bench(
     from rich.console import Console
     from rich.progress import Progress
 
+    from localspec.decoding.loader import COPIER, load_models
     from localspec.drafting.calibration import load_costs
     from localspec.frontends.bench import STRATEGIES, load_prompts, plot, print_table, run_bench
     from localspec.frontends.generate import loading
-    from localspec.runtime import load_models
 
     chosen = STRATEGIES
     if strategies:
@@ -366,7 +366,7 @@ def bench(
     rows = load_prompts(prompts)
     cfg = RunConfig(
         target=target,
-        draft="auto" if draft == "ngram" else draft,
+        draft="auto" if draft in COPIER else draft,
         ctx=ctx,
         threads=threads,
         gpu_layers=gpu_layers,
@@ -552,12 +552,12 @@ def doctor(
     ] = False,
 ) -> None:
     """Check this machine: the llama.cpp build, the models here, the default pair, and their speed."""
+    from localspec.decoding.loader import default_threads, gpu_layers
     from localspec.frontends.doctor import draft_verdict, learned_curve, probe
     from localspec.llama.model import amx_weights_disabled, build
     from localspec.models.catalog import default_pair, resolve
     from localspec.models.inventory import find_models
     from localspec.models.vocab import mismatch
-    from localspec.runtime import default_threads, gpu_layers
 
     b = build()
     print(
@@ -583,8 +583,8 @@ def doctor(
         problem = mismatch(t, d)
         print(f"default pair {t_model.name} + {d_model.name}: {problem if problem else 'compatible'}")
         if recalibrate and not problem:
+            from localspec.decoding.loader import RunConfig, load_models
             from localspec.drafting.calibration import calibrate
-            from localspec.runtime import RunConfig, load_models
 
             calibrate(*load_models(RunConfig(threads=n_threads)))
             print("recalibrated: the learned costs were replaced by a fresh measurement")

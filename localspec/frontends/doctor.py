@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.drafting.calibration import cached_costs, model_key
-from localspec.drafting.model import PROBE_ALPHA, model_can_win
+from localspec.drafting.draft_model import PROBE_ALPHA, model_can_win
 from localspec.llama.model import Model, gpu_offload_supported
 
 

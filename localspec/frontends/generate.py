@@ -11,7 +11,7 @@ from rich.console import Console
 
 from localspec import STARTED_AT
 from localspec.api import LocalSpec
-from localspec.runtime import RunConfig, draft_model_of
+from localspec.decoding.loader import RunConfig, draft_model_of
 
 
 def loading(what: str) -> AbstractContextManager[Any]:

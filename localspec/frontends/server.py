@@ -32,10 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from localspec.api import Generation, LocalSpec
 from localspec.core.stats import Piece, Stats, prediction_usage
+from localspec.decoding.loader import RunConfig
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull
 from localspec.models.catalog import catalog, default_pair
-from localspec.runtime import RunConfig
 from localspec.settings import SETTINGS
 
 

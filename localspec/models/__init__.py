@@ -1,1 +1,1 @@
-""""""
+"""Model files: the catalog, installing, pulling, GGUF headers and vocabularies."""

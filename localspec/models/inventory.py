@@ -59,7 +59,7 @@ def _assign_roles(entries: list[Entry]) -> None:
             roles.append("target")
         if any(o.info and o.info.n_params > info.n_params for o in same):
             roles.append("draft")
-        e.role = " / ".join(roles) or "target (no draft here shares its vocabulary; --draft ngram)"
+        e.role = " / ".join(roles) or "target (no draft here shares its vocabulary; --draft copier)"
     for _, info in ok:
         info.tokens_raw = None  # done with them: keep the listing light
     for e in entries:

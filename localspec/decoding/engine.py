@@ -10,9 +10,9 @@ import numpy as np
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
+from localspec.decoding.planner import NONE, Planner
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
-from localspec.drafting.planner import NONE, Planner
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull, Model
 

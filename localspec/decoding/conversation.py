@@ -7,8 +7,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.core.engine import Engine
 from localspec.core.stats import Piece, Stats
+from localspec.decoding.engine import Engine
 from localspec.errors import LocalspecError
 from localspec.llama.template import Message, chat_tokens
 

@@ -7,17 +7,19 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.core.engine import Engine
 from localspec.core.sampling import SamplerSettings
+from localspec.decoding.engine import Engine
 from localspec.drafting.base import REGISTRY, Drafter
 from localspec.drafting.calibration import decide_draft, model_key, target_costs
-from localspec.drafting.copier import LineJoin, NgramDrafter
+from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel
-from localspec.drafting.model import ModelDrafter
+from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, gpu_offload_supported
 from localspec.models.catalog import default_pair, resolve
 from localspec.models.vocab import mismatch
+
+COPIER = ("copier", "ngram")  # --draft values that mean the copier alone ("ngram": its older name)
 
 
 def default_threads() -> int:
@@ -38,9 +40,9 @@ class RunConfig:
     """Everything needed to load a model pair and sample from it."""
 
     target: str | None = None
-    draft: str = "auto"  # "auto" (default draft model + n-gram), "ngram", or a draft model
+    draft: str = "auto"  # "auto" (default draft model + the copier), "copier" (or "ngram"), or a draft model
     no_draft: bool = False
-    ngram: bool = True  # n-gram proposals beside the draft model
+    copier: bool = True  # the copier beside the draft model
     k: int | None = None  # None: the cost-aware choice each round
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     seed: int | None = None
@@ -58,7 +60,7 @@ class RunConfig:
     def paths(self) -> tuple[Path, Path | None]:
         t_default, d_default = default_pair()
         target = resolve(self.target or t_default.name)
-        if self.target_alone or self.draft == "ngram":
+        if self.target_alone or self.draft in COPIER:
             return target, None
         return target, resolve(d_default.name if self.draft == "auto" else self.draft)
 
@@ -107,7 +109,7 @@ def load_engine(cfg: RunConfig) -> Engine:
     elif draft_path is not None:
         draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
-        target, draft, ngram=not cfg.target_alone and (cfg.ngram or cfg.draft == "ngram"), cost=cost
+        target, draft, copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER), cost=cost
     )
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed  # each generation may set its own
     engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, seed, cost=cost)
@@ -116,14 +118,14 @@ def load_engine(cfg: RunConfig) -> Engine:
 
 
 def make_drafters(
-    target: Model, draft: Model | None = None, *, ngram: bool = False, cost: CostModel | None = None
+    target: Model, draft: Model | None = None, *, copier: bool = False, cost: CostModel | None = None
 ) -> list[Drafter]:
     """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model."""
     drafters: list[Drafter] = []
-    if ngram:
-        drafters.append(NgramDrafter(LineJoin(target.piece, target.tokenize)))
+    if copier:
+        drafters.append(Copier(LineJoin(target.piece, target.tokenize)))
     if draft is not None:
-        drafters.append(ModelDrafter(draft, target.n_vocab, cost))
+        drafters.append(DraftModelDrafter(draft, target.n_vocab, cost))
     return drafters
 
 
@@ -135,4 +137,4 @@ def _registered(name: str, target: Model) -> Drafter:
 
 def draft_model_of(engine: Engine) -> Model | None:
     """The draft model an engine drafts with, if it has one."""
-    return next((d.model for d in engine.drafters if isinstance(d, ModelDrafter)), None)
+    return next((d.model for d in engine.drafters if isinstance(d, DraftModelDrafter)), None)

@@ -48,19 +48,19 @@ def model_can_win(cost: CostModel, *, room: int = 16, setup: float = 0.0) -> boo
     On a CPU, where a batch of k tokens costs nearly k single decodes, it never does: the draft
     model is then not worth loading at all.
     """
-    survival = [PROBE_ALPHA**j for j in range(1, min(room, ModelDrafter.max_k) + 1)]
+    survival = [PROBE_ALPHA**j for j in range(1, min(room, DraftModelDrafter.max_k) + 1)]
     k, rate = best_k(survival, cost, cost.draft_token)
     return k > 0 and amortized(rate, setup, room) > 1.0 / cost.verify_cost(1)
 
 
-class ModelDrafter(Drafter):
+class DraftModelDrafter(Drafter):
     """Drafts by sampling a small model token by token, keeping each token's distribution q.
 
     Under automatic k it is re-probed with k = 1 now and then while it loses (backing off), so the
     choice can switch back when the text gets easier.
     """
 
-    name = "model"
+    name = "draft_model"
     max_k: ClassVar[int] = 16
 
     def __init__(self, model: Model, n_vocab: int, cost: CostModel | None = None) -> None:

@@ -1,0 +1,1 @@
+"""The speculative loop and its policy: the engine, the planner, conversations, and loading a pair."""
