@@ -136,15 +136,16 @@ def decide_draft(
 
     It is loaded only where its costs say it can beat the target alone here even at PROBE_ALPHA acceptance;
     the first time it is loaded once to be measured. Where what was learned since disagrees with the verdict
-    of the last fresh measurement (a busy hour once made a CPU's draft model look like a winner), both are
-    measured afresh before the learned costs are trusted, and the notes say so.
+    of the last fresh measurement (a busy hour once made a CPU's draft model look like a winner), or says it
+    wins where no verdict was kept, both are measured afresh before the learned costs are trusted, and the
+    notes say so.
     """
     draft, notes = None, []
     if not cached_draft_costs(target, draft_key, cost):
         draft = load_draft()
         measure_draft(draft, cost)
         save_costs(target, draft, cost, calibrated=True)
-    elif (verdict := calibrated_verdict(target, draft_key)) is not None and model_can_win(cost) != verdict:
+    elif model_can_win(cost) != (calibrated_verdict(target, draft_key) or False):  # no verdict kept: trust a loss
         draft = load_draft()
         learned = "a winner" if model_can_win(cost) else "a loser"
         cost = calibrate(target, draft)

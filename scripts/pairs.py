@@ -1,0 +1,76 @@
+"""Whole-process wall time, time to first token and peak RSS of `localspec generate`, two ways, in interleaved pairs.
+
+    python scripts/pairs.py --pairs 4 --prompt "Explain what a mutex is." -- "" "--no-draft"
+
+Each way is a separate argument string of extra flags ("" is the default). The ways alternate (A B, B A,
+A B, ...), so a machine whose speed drifts slows both alike; the verdict is the median of the per-pair ratios.
+Peak RSS is each child process's own (wait4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+
+def run(flags: str, prompt: str, max_tokens: int, seed: int) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "localspec", "generate", "--json", "-n", str(max_tokens), "--seed", str(seed)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*cmd, *shlex.split(flags), prompt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        raise SystemExit(f"localspec generate {flags} failed ({status})")
+    record = json.loads(out)
+    return {
+        "wall": wall,
+        "ttft": record["time_to_first_token"],
+        "rss_mb": usage.ru_maxrss / 1024,
+        "tokens": record["completion_tokens"],
+        "draft_loaded": record["draft"] is not None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("ways", nargs=2, help="extra flags of way A and way B ('' for the default)")
+    args = parser.parse_args()
+    a, b = args.ways
+    ratios: dict[str, list[float]] = {"wall": [], "ttft": []}
+    rows = []
+    for i in range(args.pairs):
+        order = (a, b) if i % 2 == 0 else (b, a)
+        got = {flags: run(flags, args.prompt, args.max_tokens, args.seed) for flags in order}
+        for key in ratios:
+            ratios[key].append(got[b][key] / got[a][key])  # > 1: way A is faster
+        rows.append(got)
+        print(
+            f"pair {i + 1}: "
+            + " | ".join(
+                f"{f or 'default'}: {g['wall']:.2f} s, first token {g['ttft']:.2f} s, "
+                f"{g['rss_mb']:.0f} MB, {g['tokens']} tokens, draft loaded {g['draft_loaded']}"
+                for f, g in got.items()
+            ),
+            flush=True,
+        )
+    print(
+        f"median speedup of '{a or 'default'}' over '{b or 'default'}': whole process "
+        f"{statistics.median(ratios['wall']):.3f}x, first token {statistics.median(ratios['ttft']):.3f}x; "
+        f"peak RSS {statistics.median(r[a]['rss_mb'] for r in rows):.0f} MB vs "
+        f"{statistics.median(r[b]['rss_mb'] for r in rows):.0f} MB"
+    )
+
+
+if __name__ == "__main__":
+    main()
