@@ -6,12 +6,7 @@ The public API is `LocalSpec` (load a pair once, generate from prompts or chat m
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
-
-STARTED_AT = (
-    time.perf_counter()
-)  # when the process began, as near as Python can see: time to first token counts from here
 
 __version__ = "0.1.0"
 __all__ = ["Generation", "LocalSpec", "Piece", "Stats", "__version__"]

@@ -7,7 +7,6 @@ made from this table, so a setting is described once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,13 +253,3 @@ HARDWARE = ("gpu_layers", "draft_gpu_layers", "threads", "ctx", "flash_attn")
 CONFIG_KEYS = tuple(name for name, s in SETTINGS.items() if s.in_config)
 COMMANDS = {"generate": CONFIG_KEYS, "chat": CONFIG_KEYS, "serve": CONFIG_KEYS, "bench": MODELS + HARDWARE}
 CHAT_SETTABLE = tuple(name for name, s in SETTINGS.items() if s.in_chat)
-
-
-def check(name: str, value: Value) -> Value:
-    """SETTINGS[name].check(value): the value, or ValueError saying what is wanted."""
-    return SETTINGS[name].check(value)
-
-
-def validator(name: str) -> Callable[[Value], Value]:
-    """A checker of one setting, for other frontends (the server's request fields)."""
-    return SETTINGS[name].check

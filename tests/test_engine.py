@@ -131,7 +131,7 @@ QUOTE = (
 
 @pytest.mark.parametrize(("text", "k"), [(EDIT, None), (EDIT, 32), (QUOTE, None)])
 def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
-    """Copying drafts (fixed k = 32, and the controller) change nothing in the greedy text.
+    """Copying drafts (fixed k = 32, and the planner) change nothing in the greedy text.
 
     QUOTE's answer joins the source's wrapped lines: the drafter learns to copy across them.
     """

@@ -110,3 +110,36 @@ def test_every_option_has_help() -> None:
         assert command.help, name
         for param in command.params:
             assert param.param_type_name == "argument" or param.help, f"{name} {param.name}"
+
+
+def test_every_default_is_the_settings_tables() -> None:
+    """RunConfig, LocalSpec.load and .generate, the sampler and the bench's options take their defaults from
+    the one table (the bench's own choices named here), so a setting is described once."""
+    import dataclasses
+    import inspect
+
+    import typer
+
+    from localspec.api import LocalSpec
+    from localspec.core.sampling import SamplerSettings
+    from localspec.decoding.loader import RunConfig
+    from localspec.frontends.cli import app
+
+    def same(name: str, default: object) -> None:
+        want = SETTINGS[name].default
+        assert default == want or (want == "auto" and default is None), (name, default, want)
+
+    for f in dataclasses.fields(RunConfig):
+        if f.name in SETTINGS and f.default is not dataclasses.MISSING:
+            same(f.name, f.default)
+    for f in dataclasses.fields(SamplerSettings):
+        same(f.name, f.default)
+    for fn in (LocalSpec.load, LocalSpec.generate):
+        for p in inspect.signature(fn).parameters.values():
+            if p.name in SETTINGS:
+                same(p.name, p.default)
+    bench = next(c for c in typer.main.get_command(app).commands.values() if c.name == "bench")  # type: ignore[attr-defined]
+    own = {"max_tokens": 400, "temperature": 0.0, "seed": 0}  # the bench's: long greedy answers, one fixed seed
+    for p in bench.params:
+        if p.name in SETTINGS:
+            assert p.default == own[p.name] if p.name in own else same(p.name, p.default) is None, p.name

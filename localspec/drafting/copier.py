@@ -8,7 +8,7 @@ it learns the edit (these source tokens became those output tokens, a rename say
 to later occurrences, so copies run straight through repeated edits. It learns, too, whether the
 output joins the source's hard-wrapped lines ('wrapped\n' 'line' becomes 'wrapped line', as a
 summary quoting a wrapped document does) and copies across line breaks the way the output writes
-them. It also tracks how long copies hold (a break rate by run length) for the controller.
+them. It also tracks how long copies hold (a break rate by run length) for the planner.
 Proposals are one-hot: sampling stays exact.
 """
 

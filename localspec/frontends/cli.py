@@ -192,7 +192,7 @@ def generate(
     ] = None,
 ) -> None:
     """Complete one prompt, streaming text to stdout and a stats line to stderr."""
-    from localspec.frontends.generate import run_generate
+    from localspec.frontends.generate import process_started, run_generate
 
     text = _read_prompt(prompt)
     predicted = _read_text(prediction, "prediction") if prediction else None
@@ -204,6 +204,7 @@ def generate(
         max_tokens=max_tokens,
         stops=stop or [],
         stream=not as_json,
+        started=process_started(),
         prediction=predicted,
     )
     if as_json:
@@ -372,7 +373,7 @@ def bench(
         gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
         flash_attn=flash_attn,
-        sampler=SamplerSettings(temperature, 40, 0.95, 0.05),
+        sampler=SamplerSettings(temperature, *(SETTINGS[n].default for n in ("top_k", "top_p", "min_p"))),  # type: ignore[arg-type]
         seed=seed,
     )
     with loading("loading the clock and measuring this machine's decode costs…"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -9,9 +10,21 @@ from typing import Any
 
 from rich.console import Console
 
-from localspec import STARTED_AT
 from localspec.api import LocalSpec
 from localspec.decoding.loader import RunConfig, draft_model_of
+
+
+def process_started() -> float:
+    """The perf_counter() reading when this process started (Linux: from /proc; elsewhere: now).
+
+    What a user waits for starts there: the interpreter's own start and the imports count too."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
+            age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.perf_counter() - max(age, 0.0)
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter()
 
 
 def loading(what: str) -> AbstractContextManager[Any]:
@@ -29,11 +42,12 @@ def run_generate(
     max_tokens: int,
     stops: list[str],
     stream: bool,
+    started: float,
     prediction: str | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Generate a completion of `text`, streaming to stdout when asked: (JSON record, stats line).
 
-    load_seconds, time_to_first_token and total_seconds count from the process's start.
+    load_seconds, time_to_first_token and total_seconds count from `started` (the process's start).
     """
     with loading("loading models…"):
         spec = LocalSpec.from_config(cfg)
@@ -63,8 +77,8 @@ def run_generate(
         run.stats.finish_reason = "interrupted"
     end = time.perf_counter()
     st = run.stats
-    st.load_seconds, st.total_seconds = loaded - STARTED_AT, end - STARTED_AT
-    st.time_to_first_token = (first or end) - STARTED_AT
+    st.load_seconds, st.total_seconds = loaded - started, end - started
+    st.time_to_first_token = (first or end) - started
     spec.save_costs()
     draft = draft_model_of(spec.engine)
     record = {

@@ -61,8 +61,16 @@ def catalog() -> dict[str, CatalogModel]:
     out = {}
     for name, m in _raw()["models"].items():
         reg = m.get("registry") or {}
-        out[name] = CatalogModel(name, m["file"], m["hf"], m.get("size"), m.get("sha256"),
-                                 reg.get("prefix"), reg.get("parts", 0), reg.get("version", ""))
+        out[name] = CatalogModel(
+            name,
+            m["file"],
+            m["hf"],
+            m.get("size"),
+            m.get("sha256"),
+            reg.get("prefix"),
+            reg.get("parts", 0),
+            reg.get("version", ""),
+        )
     return out
 
 
@@ -112,5 +120,7 @@ def resolve(spec: str) -> Path:
         return pulled[0]
     if os.sep in spec or spec.endswith(".gguf"):
         return path  # a path: the GGUF check names it as missing
-    raise LocalspecError(f"unknown model '{spec}': not a file, a catalog name ({', '.join(models)}), a pulled "
-                         f"model or REPO:FILE (`localspec models list` shows what is here)")
+    raise LocalspecError(
+        f"unknown model '{spec}': not a file, a catalog name ({', '.join(models)}), a pulled "
+        f"model or REPO:FILE (`localspec models list` shows what is here)"
+    )

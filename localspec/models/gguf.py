@@ -16,20 +16,77 @@ from localspec.errors import LocalspecError
 
 # ggml type id -> (elements per block, bytes per block)
 _GGML_TYPES = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 36),
-    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110),
-    22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
-    29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17),
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    7: (32, 24),
+    8: (32, 34),
+    9: (32, 36),
+    10: (256, 84),
+    11: (256, 110),
+    12: (256, 144),
+    13: (256, 176),
+    14: (256, 210),
+    15: (256, 292),
+    16: (256, 66),
+    17: (256, 74),
+    18: (256, 98),
+    19: (256, 50),
+    20: (32, 18),
+    21: (256, 110),
+    22: (256, 82),
+    23: (256, 136),
+    24: (1, 1),
+    25: (1, 2),
+    26: (1, 4),
+    27: (1, 8),
+    28: (1, 8),
+    29: (256, 56),
+    30: (1, 2),
+    34: (256, 54),
+    35: (256, 66),
+    39: (32, 17),
 }
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 # llama_ftype (general.file_type) -> the usual quantization name
-_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-               17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
-               23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
-               30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4"}
+_FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
+    32: "BF16",
+    36: "TQ1_0",
+    37: "TQ2_0",
+    38: "MXFP4",
+}
 _TOKENS = "tokenizer.ggml.tokens"
 
 
@@ -57,7 +114,7 @@ class GGUFInfo:
         raw, out, pos = self.tokens_raw, [], 0
         while pos < len(raw):
             n = struct.unpack_from("<Q", raw, pos)[0]
-            out.append(raw[pos + 8:pos + 8 + n].decode("utf-8", "replace"))
+            out.append(raw[pos + 8 : pos + 8 + n].decode("utf-8", "replace"))
             pos += 8 + n
         return out
 
@@ -84,7 +141,7 @@ class _Reader:
     def take(self, n: int) -> bytes:
         if self.pos + n > self.size:
             raise ValueError("the header ends before its records do")
-        data = self.buf[self.pos:self.pos + n]
+        data = self.buf[self.pos : self.pos + n]
         self.pos += n
         return data
 
@@ -161,7 +218,7 @@ def _parse(r: _Reader, path: Path, size: int, want_tokens: bool) -> GGUFInfo:
             elif key == _TOKENS and want_tokens:
                 start = r.pos
                 r.skip_strings(n)
-                info.tokens_raw = r.buf[start:r.pos]
+                info.tokens_raw = r.buf[start : r.pos]
             else:
                 r.skip_strings(n)
         else:
@@ -186,7 +243,7 @@ def _parse(r: _Reader, path: Path, size: int, want_tokens: bool) -> GGUFInfo:
     data_start = -(-r.pos // align) * align
     info.declared_size = data_start + end
     if info.declared_size > size:
-        raise BadModelFile(f"{path}: truncated: the header declares {info.declared_size:,} bytes, "
-                           f"the file has {size:,}")
+        raise BadModelFile(
+            f"{path}: truncated: the header declares {info.declared_size:,} bytes, the file has {size:,}"
+        )
     return info
-

@@ -46,22 +46,31 @@ def parse_ref(spec: str) -> tuple[str, str] | None:
 def _hub_error(e: Exception, repo: str, file: str | None) -> LocalspecError:
     """A one-line error that says what to do."""
     from huggingface_hub import constants
-    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
-                                        LocalEntryNotFoundError, RepositoryNotFoundError)
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     what = f"{repo}:{file}" if file else repo
     if isinstance(e, GatedRepoError):
-        return LocalspecError(f"{repo} is gated: accept its terms on huggingface.co, then set HF_TOKEN "
-                              f"to a token of that account")
+        return LocalspecError(
+            f"{repo} is gated: accept its terms on huggingface.co, then set HF_TOKEN to a token of that account"
+        )
     if isinstance(e, RepositoryNotFoundError):
-        return LocalspecError(f"{repo}: no such repository on the Hub (check the name; a private repo "
-                              f"needs HF_TOKEN)")
-    if isinstance(e, LocalEntryNotFoundError) or isinstance(e, ConnectionError):
+        return LocalspecError(f"{repo}: no such repository on the Hub (check the name; a private repo needs HF_TOKEN)")
+    if isinstance(e, (LocalEntryNotFoundError, ConnectionError)):
         if constants.HF_HUB_OFFLINE:
-            return LocalspecError(f"{what} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                                  f"HF_HUB_OFFLINE is set: unset it to download")
-        return LocalspecError(f"cannot reach the Hugging Face Hub ({constants.ENDPOINT}) and {what} is not "
-                              f"cached: check the network or proxy and retry")
+            return LocalspecError(
+                f"{what} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                f"HF_HUB_OFFLINE is set: unset it to download"
+            )
+        return LocalspecError(
+            f"cannot reach the Hugging Face Hub ({constants.ENDPOINT}) and {what} is not "
+            f"cached: check the network or proxy and retry"
+        )
     if isinstance(e, EntryNotFoundError):
         return LocalspecError(f"{repo} has no file {file} (`localspec models pull {repo}` lists its GGUF files)")
     if isinstance(e, HfHubHTTPError):
@@ -83,8 +92,7 @@ def cached_files() -> list[CachedFile]:
         for rev in repo.revisions:
             for f in rev.files:
                 if f.file_name.endswith(".gguf"):
-                    out.append(CachedFile(repo.repo_id, str(f.file_path.relative_to(rev.snapshot_path)),
-                                          f.file_path))
+                    out.append(CachedFile(repo.repo_id, str(f.file_path.relative_to(rev.snapshot_path)), f.file_path))
     return sorted(set(out), key=lambda c: c.ref)
 
 
@@ -110,8 +118,7 @@ def choose(repo: str, files: list[str]) -> str:
         return min(q4, key=len)
     if not files:
         raise LocalspecError(f"{repo} holds no GGUF files")
-    raise LocalspecError(f"{repo} holds {len(files)} GGUF files and none is Q4_K_M; name one: "
-                         + ", ".join(files))
+    raise LocalspecError(f"{repo} holds {len(files)} GGUF files and none is Q4_K_M; name one: " + ", ".join(files))
 
 
 def pull(repo: str, file: str | None = None) -> Path:
@@ -126,6 +133,7 @@ def pull(repo: str, file: str | None = None) -> Path:
         file = choose(repo, files)
         if len(files) > 1:
             import sys
+
             print(f"{repo} has {len(files)} GGUF files; pulling {file}", file=sys.stderr)
     try:
         return Path(hf_hub_download(repo, file))

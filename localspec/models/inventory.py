@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.models.catalog import CatalogModel, catalog, models_dir
 from localspec.errors import LocalspecError
+from localspec.models.catalog import CatalogModel, catalog, models_dir
 from localspec.models.gguf import BadModelFile, GGUFInfo, read_gguf
 from localspec.models.hub import CachedFile, cached_files, remove
 from localspec.models.install import stamp_path
@@ -70,8 +70,10 @@ def find_models() -> list[Entry]:
     """Every GGUF file in models/ and in the Hugging Face cache, with its header and role."""
     by_file = {m.file: m for m in catalog().values()}
     names = {m.file: n for n, m in catalog().items()}
-    entries = [_entry(names.get(p.name, p.stem), p, "models/", catalog=by_file.get(p.name))
-               for p in sorted(models_dir().glob("*.gguf"))]
+    entries = [
+        _entry(names.get(p.name, p.stem), p, "models/", catalog=by_file.get(p.name))
+        for p in sorted(models_dir().glob("*.gguf"))
+    ]
     for c in cached_files():
         entries.append(_entry(names.get(c.file, Path(c.file).stem), c.path, "hub", catalog=by_file.get(c.file), hub=c))
     _assign_roles(entries)
@@ -84,8 +86,9 @@ def find(name: str) -> Entry:
     for e in entries:
         if name in (e.name, e.path.name, str(e.path)) or (e.hub and name == e.hub.ref):
             return e
-    raise LocalspecError(f"no model '{name}' here (`localspec models list` shows: "
-                         f"{', '.join(e.name for e in entries) or 'none'})")
+    raise LocalspecError(
+        f"no model '{name}' here (`localspec models list` shows: {', '.join(e.name for e in entries) or 'none'})"
+    )
 
 
 def delete(entry: Entry) -> None:

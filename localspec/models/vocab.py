@@ -50,7 +50,7 @@ def mismatch_uncached(target: Path, draft: Path) -> str | None:
     if t_raw.startswith(d_raw) and d_raw:  # the same tokens, the target's padding after them at most
         return None
     t, d = _token_texts(t_raw), _token_texts(d_raw)
-    first = next((i for i, (a, b) in enumerate(zip(t, d)) if a != b), None)
+    first = next((i for i, (a, b) in enumerate(zip(t, d, strict=False)) if a != b), None)
     problems = []
     if len(d) > len(t):
         problems.append(f"the draft's vocabulary is larger than the target's ({len(d):,} vs {len(t):,} tokens)")

@@ -1,4 +1,4 @@
-"""The cost-aware controller and the n-gram drafter, without a model (pure logic)."""
+"""The cost-aware planner and the copier, without a model (pure logic)."""
 
 from __future__ import annotations
 

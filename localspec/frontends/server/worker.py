@@ -1,0 +1,55 @@
+"""The queue and the one thread that calls llama.cpp: generations run one at a time, in arrival order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from localspec.api import Generation
+from localspec.core.stats import Piece
+from localspec.frontends.server.errors import ApiError
+
+
+class Worker:
+    """Runs generations one at a time, in arrival order, on the one thread that calls llama.cpp."""
+
+    def __init__(self, max_queue: int) -> None:
+        self.max_queue = max_queue
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localspec-llama")
+        self.lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
+        self.waiting = 0
+
+    async def call(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.thread, fn, *args)
+
+    def admit(self) -> None:
+        if self.waiting >= self.max_queue:
+            raise ApiError(
+                503,
+                f"the server is busy ({self.waiting} requests waiting); retry shortly",
+                kind="server_error",
+                code="queue_full",
+                headers={"Retry-After": "2"},
+            )
+
+    async def stream(self, start: Callable[[], Generation]) -> AsyncGenerator[Piece | Generation, None]:
+        """Yield the Generation first, then its pieces; `start` (run on the worker) returns the Generation."""
+        self.admit()
+        self.waiting += 1
+        try:
+            await self.lock.acquire()
+        finally:
+            self.waiting -= 1
+        pieces: Generator[Piece, None, None] | None = None
+        try:
+            run = await self.call(start)
+            yield run
+            pieces = iter(run)  # a generator: closing it ends the generation
+            while (piece := await self.call(next, pieces, None)) is not None:
+                yield piece
+        finally:  # no awaits here: it runs even when the client's task is being cancelled
+            if pieces is not None:  # ends the generation (its stats, the caches) on the worker thread
+                self.thread.submit(pieces.close)
+            self.lock.release()
