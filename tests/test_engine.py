@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_same_tokens
+from conftest import NEAR_TIE, assert_same_tokens
 from llama_cpp import Llama
 
 from localspec.core.sampling import SamplerSettings
@@ -154,7 +154,9 @@ def test_logits_span_batch_chunks(draft_path) -> None:
     chunked = small.sync(tokens, 14).copy()  # 20 new tokens in batches of 8: logits from all three
     small.reset()
     one_by_one = np.stack([small.sync(tokens[:i], 1)[0].copy() for i in range(7, 21)])
-    assert len(tokens) == 20 and (chunked.argmax(1) == one_by_one.argmax(1)).all()
+    top2 = np.sort(one_by_one, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] >= NEAR_TIE  # a near tie may flip between batch shapes (0.07 seen on one row)
+    assert len(tokens) == 20 and clear.sum() >= 10 and (chunked.argmax(1) == one_by_one.argmax(1))[clear].all()
     assert np.abs(chunked - one_by_one).max() < 0.5
 
 

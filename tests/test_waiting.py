@@ -13,7 +13,8 @@ from localspec.core.stats import Stats
 from localspec.decoding.conversation import Conversation
 from localspec.decoding.loader import RunConfig, default_threads, draft_model_of, load_engine
 from localspec.drafting.calibration import model_key
-from localspec.drafting.draft_model import DraftModelDrafter
+from localspec.drafting.costs import CostModel
+from localspec.drafting.draft_model import DraftModelDrafter, model_can_win
 
 GREEDY = SamplerSettings(temperature=0)
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes
@@ -23,13 +24,15 @@ GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0
 def _write_costs(
     cache: Path, target: Path, draft: Path, curve: dict[int, float], draft_token: float, ctx: int = 4096
 ) -> None:
-    """A costs.json as calibration would write it for this pair under the default settings."""
+    """A costs.json as calibration would write it for this pair under the default settings (with its verdict)."""
     settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": ctx}
     dkey = model_key(draft, **settings)
+    wins = model_can_win(CostModel(dict(curve), draft=draft_token, draft_prefill=draft_token / 8))
     entry = {
         "verify": {str(n): s for n, s in curve.items()},
         "draft": {dkey: draft_token},
         "draft_prefill": {dkey: draft_token / 8},
+        "calibrated_wins": {dkey: wins},
     }
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "costs.json").write_text(json.dumps({model_key(target, **settings): entry}))
