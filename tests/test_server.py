@@ -301,6 +301,10 @@ def test_api_key_and_queue_limit(target_path: Path) -> None:
         with pytest.raises(openai.AuthenticationError):
             s.client("wrong").models.list()
         assert httpx.get(f"{s.url}/v1/models").status_code == 401
+        assert httpx.get(f"{s.url}/docs").status_code == 401  # the API's docs follow the key too
+        assert httpx.get(f"{s.url}/health").status_code == 200  # health stays open
+        lower = httpx.get(f"{s.url}/v1/models", headers={"Authorization": "bearer sesame"})
+        assert lower.status_code == 200  # the scheme in any case
         assert [m.id for m in s.client("sesame").models.list()] == ["local"]
         body = {
             "model": "local",
@@ -333,3 +337,81 @@ def test_api_key_and_queue_limit(target_path: Path) -> None:
         assert s.stop() == 0
     log = s.log_path.read_text()
     assert " 401 " in log and " 503 " in log and "one to two hundred" not in log  # no prompts without --log-prompts
+    assert "WARNING" not in log  # loopback: no warning
+
+
+def test_serving_beyond_loopback_without_a_key_warns(target_path: Path) -> None:
+    s = Server("--host", "0.0.0.0")
+    try:
+        assert "WARNING: serving on 0.0.0.0 without --api-key" in s.log_path.read_text()
+    finally:
+        assert s.stop() == 0
+
+
+def _error(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    return error
+
+
+def test_every_refusal_is_openai_shaped(server: Server) -> None:
+    """Unknown paths, wrong methods, unreadable or non-JSON bodies, oversize bodies, limits on the context, the
+    prediction and stop strings: each an OpenAI-shaped error with a fitting status, refused before queueing."""
+    url, chat = server.url, f"{server.url}/v1/chat/completions"
+    _error(httpx.get(f"{url}/v1/nothing"), 404)
+    _error(httpx.get(chat), 405)
+    assert httpx.get(f"{url}/v1/models/{MODEL}").json()["id"] == MODEL
+    assert _error(httpx.get(f"{url}/v1/models/gpt-4o"), 404)["code"] == "model_not_found"
+    headers = {"Content-Type": "application/json"}
+    _error(httpx.post(chat, content=b'{"model": "\xff\xfe"}', headers=headers), 400)
+    _error(httpx.post(chat, content=b"model=x", headers={"Content-Type": "application/x-www-form-urlencoded"}), 415)
+    big = b'{"model": "' + b"x" * (17 * 2**20) + b'"}'
+    assert _error(httpx.post(chat, content=big, headers=headers, timeout=60), 413)["code"] == "body_too_large"
+    hi = [{"role": "user", "content": "hi"}]
+    too_many = {"model": MODEL, "messages": hi, "max_tokens": 5000}
+    assert _error(httpx.post(chat, json=too_many), 400)["param"] == "max_tokens"
+    long_prediction = {"model": MODEL, "messages": hi, "prediction": {"type": "content", "content": "word " * 3000}}
+    assert _error(httpx.post(chat, json=long_prediction), 400)["param"] == "prediction"
+    assert _error(httpx.post(chat, json={"model": MODEL, "messages": hi, "stop": "x" * 300}), 400)["param"] == "stop"
+    assert _chat(server.client(), "Say ok.", temperature=0, max_tokens=3).choices[0].message.content
+
+
+def test_no_way_in_from_a_web_page(server: Server) -> None:
+    """DNS rebinding sends the page's name as Host; a cross-site page sends its Origin: both get a 403."""
+    models = f"{server.url}/v1/models"
+    assert _error(httpx.get(models, headers={"Host": "evil.example"}), 403)["code"] == "bad_host"
+    assert _error(httpx.get(models, headers={"Origin": "http://evil.example"}), 403)["code"] == "bad_origin"
+    assert httpx.get(models, headers={"Host": f"localhost:{server.port}"}).status_code == 200
+    assert httpx.get(models, headers={"Origin": "http://localhost:3000"}).status_code == 200  # a local web UI
+
+
+def test_a_client_that_leaves_before_its_answer_frees_the_server(server: Server) -> None:
+    """Non-streamed requests whose clients time out stop at the next round, or never start when still queued."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Write a very long story about the sea."}],
+        "max_tokens": 1000,
+        "temperature": 0,
+    }
+    before = server.log_path.read_text().count(" 499 ")
+    errors: list[Exception] = []
+
+    def impatient() -> None:
+        try:
+            httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=4)
+        except httpx.TimeoutException as e:
+            errors.append(e)
+
+    clients = [threading.Thread(target=impatient) for _ in range(2)]  # the second waits in the queue, then leaves
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(timeout=60)
+    assert len(errors) == 2
+    _wait_for(lambda: server.log_path.read_text().count(" 499 ") >= before + 2, "both 499 lines")
+    cuts = [
+        int(line.split(" after ")[1].split()[0]) for line in server.log_path.read_text().splitlines() if " 499 " in line
+    ]
+    assert max(cuts[-2:]) < 400 and min(cuts[-2:]) == 0  # one stopped mid-answer, the queued one never started
+    _wait_for(lambda: not httpx.get(f"{server.url}/health").json()["busy"], "the worker to be free")

@@ -274,6 +274,20 @@ def serve(
         int, typer.Option("--max-queue", min=1, max=10_000, help="Requests that may wait; beyond them, 503.")
     ] = 16,
     log_prompts: Annotated[bool, typer.Option("--log-prompts", help="Put prompt text in the access log.")] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="Also answer to this Host name (repeatable; '*' for any). Default: loopback names and --host.",
+        ),
+    ] = None,
+    cors: Annotated[
+        list[str] | None,
+        typer.Option("--cors", help="Let web pages of this origin call the API from a browser (repeatable)."),
+    ] = None,
+    max_body: Annotated[
+        int, typer.Option("--max-body", min=1024, max=2**31, help="Largest request body in bytes; beyond it, 413.")
+    ] = 16 * 2**20,
 ) -> None:
     """Serve an OpenAI-compatible API (chat and text completions, streaming, Predicted Outputs)."""
     import uvicorn
@@ -281,13 +295,34 @@ def serve(
     from localspec.api import LocalSpec
     from localspec.frontends.generate import loading
     from localspec.frontends.server import create_app, model_name
+    from localspec.frontends.server.guard import LOOPBACK, host_name
 
+    loopback = host_name(host) in LOOPBACK
+    if not loopback and not api_key:
+        print(
+            f"localspec: WARNING: serving on {host} without --api-key: anyone who can reach this machine "
+            "can use the model. Set --api-key (or LOCALSPEC_API_KEY), or bind to 127.0.0.1.",
+            file=sys.stderr,
+        )
+    # As Ollama does: bound to loopback, only loopback names (and those allowed) are served, against DNS
+    # rebinding; bound beyond it, any name unless --allow-host lists them (the key is the protection there).
+    named = {host_name(h) for h in allow_host or []}
+    hosts = frozenset(LOOPBACK | named | {host_name(host)}) if (loopback or named) and "*" not in named else None
     with loading("loading models…"):
         spec = LocalSpec.from_config(cfg)
     for note in spec.notes:
         print(f"localspec: {note}", file=sys.stderr)
     model_id = model_alias or model_name(cfg)
-    app_ = create_app(spec, model_id=model_id, api_key=api_key, max_queue=max_queue, log_prompts=log_prompts)
+    app_ = create_app(
+        spec,
+        model_id=model_id,
+        api_key=api_key,
+        max_queue=max_queue,
+        log_prompts=log_prompts,
+        hosts=hosts,
+        cors=frozenset(cors or []),
+        max_body=max_body,
+    )
     config = uvicorn.Config(
         app_, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3
     )

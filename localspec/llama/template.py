@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.errors import LocalspecError
@@ -43,11 +44,11 @@ def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt:
     fmt = _formatter(model)
     fmt.add_generation_prompt = add_generation_prompt
     slotted = [{"role": m["role"], "content": _SLOT.format(i)} for i, m in enumerate(messages)]
-    rendered = fmt(messages=slotted).prompt  # type: ignore[arg-type]
+    rendered = _render(fmt, slotted)
     parts = re.split("\x00localspec-slot-(\\d+)\x00", rendered)
     if len(parts) != 2 * len(messages) + 1:  # the template transforms contents: render them in place
         plain = [{"role": m["role"], "content": m["content"]} for m in messages]
-        return model.tokenize(fmt(messages=plain).prompt, special=True)  # type: ignore[arg-type]
+        return model.tokenize(_render(fmt, plain), special=True)
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if i % 2:
@@ -56,6 +57,14 @@ def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt:
         elif part:
             tokens += model.tokenize(part, special=True)
     return tokens
+
+
+def _render(fmt: Jinja2ChatFormatter, messages: list[Message]) -> str:
+    """The template's text; a template that refuses the messages (roles that do not alternate) is a LocalspecError."""
+    try:
+        return fmt(messages=messages).prompt  # type: ignore[arg-type]
+    except jinja2.TemplateError as e:
+        raise LocalspecError(f"the model's chat template refused these messages: {e}") from None
 
 
 def raw_tokens(model: Model, text: str) -> list[int]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 
 class ApiError(Exception):
@@ -26,8 +28,11 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
         self.headers = headers
 
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
     def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+        body = self.body()
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
@@ -50,3 +55,21 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
             message = str(err.get("msg", "invalid request")).removeprefix("Value error, ")
             error = ApiError(400, f"{param}: {message}" if param else message, param=param)
         return await _api_error(request, error)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, e: HTTPException) -> JSONResponse:
+        """Starlette's own: an unknown path (404), a wrong method (405), a body it cannot read (400)."""
+        message = {
+            404: f"no such endpoint: {request.method} {request.url.path}",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(e.status_code, "the request body could not be read (it must be UTF-8 JSON)")
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "invalid_body")
+        kind = "invalid_request_error"
+        error = ApiError(e.status_code, message, code=code, kind=kind, headers=getattr(e, "headers", None))
+        return await _api_error(request, error)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, e: Exception) -> JSONResponse:
+        """A bug: the client gets a 500 in OpenAI's shape, never the traceback (that goes to the log)."""
+        say(f"localspec: {request.method} {request.url.path} 500 internal error\n{traceback.format_exc().rstrip()}")
+        return ApiError(500, "internal server error (the server's log has the details)", kind="server_error").response()

@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from localspec.frontends.server.errors import ApiError
 from localspec.settings import SETTINGS
 
+MAX_STOP_LENGTH = 256  # the stop matcher looks back this far at every token
+
 
 class TextPart(BaseModel):
     type: Literal["text"]
@@ -72,7 +74,9 @@ class RequestBase(BaseModel):
     @classmethod
     def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
         if isinstance(v, list) and len(v) > 4:
-            raise ValueError("at most 4 stop sequences")
+            raise ValueError("at most 4 stop sequences")  # OpenAI's limit
+        if any(len(s) > MAX_STOP_LENGTH for s in ([v] if isinstance(v, str) else v or [])):
+            raise ValueError(f"a stop sequence may be at most {MAX_STOP_LENGTH} characters")  # the matcher's bound
         return v
 
     def refuse_unsupported(self) -> None:

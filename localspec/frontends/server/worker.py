@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from localspec.api import Generation
 from localspec.core.stats import Piece
 from localspec.frontends.server.errors import ApiError
+
+
+class ClientGone(Exception):
+    """The client went away: its generation is not started, or stops at the next round."""
 
 
 class Worker:
@@ -34,8 +38,13 @@ class Worker:
                 headers={"Retry-After": "2"},
             )
 
-    async def stream(self, start: Callable[[], Generation]) -> AsyncGenerator[Piece | Generation, None]:
-        """Yield the Generation first, then its pieces; `start` (run on the worker) returns the Generation."""
+    async def stream(
+        self, start: Callable[[], Generation], gone: Callable[[], Awaitable[bool]]
+    ) -> AsyncGenerator[Piece | Generation, None]:
+        """Yield the Generation first, then its pieces; `start` (run on the worker) returns the Generation.
+
+        `gone` says whether the client left: checked when its turn comes (before the prefill) and between
+        rounds, so nothing runs for a client that is no longer there (ClientGone)."""
         self.admit()
         self.waiting += 1
         try:
@@ -44,11 +53,15 @@ class Worker:
             self.waiting -= 1
         pieces: Generator[Piece, None, None] | None = None
         try:
+            if await gone():
+                raise ClientGone
             run = await self.call(start)
             yield run
             pieces = iter(run)  # a generator: closing it ends the generation
             while (piece := await self.call(next, pieces, None)) is not None:
                 yield piece
+                if await gone():
+                    raise ClientGone
         finally:  # no awaits here: it runs even when the client's task is being cancelled
             if pieces is not None:  # ends the generation (its stats, the caches) on the worker thread
                 self.thread.submit(pieces.close)

@@ -1,0 +1,132 @@
+"""What stands before every route: the Host allow-list, the Origin check, the API key, and body limits.
+
+A keyless server on 127.0.0.1 is still reachable from a web page in the user's browser through DNS
+rebinding (the page's name resolves to 127.0.0.1, and the browser sends the page's name as Host), so
+only loopback names (and those the user allows) are served, and a browser's cross-site Origin is
+refused unless named with --cors. Ollama and Jupyter check both for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from localspec.frontends.server.errors import ApiError
+
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+OPEN_PATHS = frozenset({"/health"})  # answered without the key
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header or URL authority, without the port ('[::1]:8080' -> '[::1]')."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.split("]")[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def key_matches(authorization: str, api_key: str) -> bool:
+    """An `Authorization: Bearer KEY` header (the scheme in any case), compared in constant time."""
+    scheme, _, token = authorization.strip().partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), api_key.encode())
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class Guard:
+    """ASGI middleware: refuses, in OpenAI's error shape, what must not reach a route."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        hosts: frozenset[str] | None,
+        origins: frozenset[str],
+        api_key: str | None,
+        max_body: int,
+        say: Callable[[str], None],
+    ) -> None:
+        self.app, self.hosts, self.origins, self.api_key, self.max_body, self.say = (
+            app,
+            hosts,
+            origins,
+            api_key,
+            max_body,
+            say,
+        )
+
+    def _refusal(self, scope: dict[str, Any], headers: dict[str, str]) -> ApiError | None:
+        if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
+            return ApiError(403, "this server does not answer to that Host name (see --allow-host)", code="bad_host")
+        origin = headers.get("origin")
+        if (
+            origin
+            and origin not in self.origins
+            and (self.hosts is None or host_name(urlsplit(origin).netloc) not in self.hosts)
+        ):
+            return ApiError(
+                403, f"requests from the web page at {origin} are not allowed (see --cors)", code="bad_origin"
+            )
+        needs_key = self.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS"
+        if needs_key and not key_matches(headers.get("authorization", ""), self.api_key or ""):
+            return ApiError(401, "incorrect API key: send 'Authorization: Bearer KEY'", code="invalid_api_key")
+        if scope["method"] == "POST":
+            kind = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+            if kind != "application/json" and not kind.endswith("+json"):
+                return ApiError(
+                    415,
+                    f"the body must be JSON (Content-Type: application/json), not {kind}",
+                    code="unsupported_media_type",
+                )
+            if int(headers.get("content-length") or 0) > self.max_body:
+                return self._too_large()
+        return None
+
+    def _too_large(self) -> ApiError:
+        return ApiError(
+            413,
+            f"the request body is larger than {self.max_body} bytes (see --max-body)",
+            param=None,
+            code="body_too_large",
+        )
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if error := self._refusal(scope, headers):
+            self.say(f"localspec: {scope['method']} {scope['path']} {error.status} {error.code}")
+            return await _send_error(send, error)
+        seen, started = 0, False
+
+        async def counted() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_body:
+                raise BodyTooLarge
+            return message
+
+        async def watched(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except BodyTooLarge:
+            if not started:
+                await _send_error(send, self._too_large())
+
+
+async def _send_error(send: Any, error: ApiError) -> None:
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

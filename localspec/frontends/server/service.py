@@ -1,0 +1,207 @@
+"""The service behind the routes: requests checked, queued on the worker, answered whole or streamed, logged."""
+
+from __future__ import annotations
+
+import secrets
+import time
+import traceback
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from localspec.api import Generation, LocalSpec
+from localspec.core.stats import Piece, prediction_usage
+from localspec.errors import LocalspecError
+from localspec.frontends.server.errors import ApiError
+from localspec.frontends.server.responses import Served, Shape, finish, sse, usage
+from localspec.frontends.server.schemas import Prediction, RequestBase
+from localspec.frontends.server.worker import ClientGone, Worker
+from localspec.llama.model import ContextFull
+
+Stream = AsyncGenerator[Piece | Generation, None]
+
+
+class Service:
+    """What the routes call: requests checked, queued on the worker, answered whole or streamed, logged."""
+
+    def __init__(
+        self, spec: LocalSpec, model_id: str, max_queue: int, log_prompts: bool, say: Callable[[str], None]
+    ) -> None:
+        self.spec, self.model_id, self.log_prompts, self.say = spec, model_id, log_prompts, say
+        self.worker = Worker(max_queue)
+
+    def _begin(
+        self, prompt: Any, req: RequestBase, max_tokens: int | None, prediction: Prediction | None, raw: bool
+    ) -> Callable[[], Generation]:
+        """What the worker runs first: the generation set up (tokenized, checked), not yet decoding."""
+        spec, defaults = self.spec, self.spec.config.sampler
+
+        def begin() -> Generation:
+            try:
+                return spec.generate(
+                    prompt,
+                    raw=raw,
+                    max_tokens=max_tokens or spec.engine.target.n_ctx,
+                    stop=req.stops(),
+                    temperature=defaults.temperature if req.temperature is None else req.temperature,
+                    top_k=defaults.top_k if req.top_k is None else req.top_k,
+                    top_p=defaults.top_p if req.top_p is None else req.top_p,
+                    min_p=defaults.min_p if req.min_p is None else req.min_p,
+                    seed=req.seed,
+                    prediction=prediction.text() if prediction else None,
+                )
+            except ContextFull as e:
+                raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
+            except LocalspecError as e:  # an empty prompt
+                raise ApiError(400, str(e), param="prompt") from None
+
+        return begin
+
+    async def serve(
+        self,
+        request: Request,
+        req: RequestBase,
+        shape: Shape,
+        prompt: Any,
+        max_tokens: int | None,
+        prediction: Prediction | None,
+        raw: bool,
+    ) -> Any:
+        """Answer one request: a whole JSON response, or a stream of server-sent events."""
+        t0 = time.perf_counter()
+        if req.model != self.model_id:
+            raise ApiError(
+                404,
+                f"the model '{req.model}' does not exist here (this server has '{self.model_id}')",
+                param="model",
+                code="model_not_found",
+            )
+        req.refuse_unsupported()
+        max_tokens = await self._fit(prompt, max_tokens, prediction, raw)
+        stream = self.worker.stream(self._begin(prompt, req, max_tokens, prediction, raw), request.is_disconnected)
+        try:
+            run = await stream.__anext__()  # waits its turn; errors before decoding are plain 4xx responses
+        except ClientGone:
+            return self._gone(request, 0)
+        assert isinstance(run, Generation)
+        rid, now = f"{'chatcmpl' if shape.chat else 'cmpl'}-{secrets.token_hex(12)}", int(time.time())
+        first: list[float] = []
+
+        def done() -> Served:
+            predicted = None if run.prediction is None else prediction_usage(run.prediction, run.tokens)
+            served = Served(run.text, run.stats, run.seed, predicted, (first or [time.perf_counter()])[0] - t0)
+            st = served.stats
+            self.say(
+                f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
+                f"tokens, first token {served.first_token:.2f} s, {st.tokens_per_second or 0:.1f} tok/s, "
+                f"{st.accepted}/{st.drafted} drafts accepted, {st.finish_reason}"
+                + (f", prompt {prompt!r}" if self.log_prompts else "")
+            )
+            return served
+
+        if not req.stream:
+            try:
+                async for _ in stream:
+                    first = first or [time.perf_counter()]
+            except ClientGone:
+                return self._gone(request, len(run.tokens))
+            finally:
+                await stream.aclose()
+            return JSONResponse(shape.final(rid, now, done()))
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        events = self._events(request, stream, run, shape, rid, now, first, done, include_usage)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+    async def _fit(self, prompt: Any, max_tokens: int | None, prediction: Prediction | None, raw: bool) -> int:
+        """Refuse, before queueing, what cannot fit the context: the prompt, the prediction, max_tokens
+        (OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
+        spec, n_ctx = self.spec, self.spec.engine.target.n_ctx
+
+        def count() -> tuple[int, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
+            predicted = len(spec.engine.target.tokenize(prediction.text())) if prediction else 0
+            return len(spec.tokens(prompt, raw=raw)), predicted
+
+        try:
+            n_prompt, n_predicted = await anyio.to_thread.run_sync(count)
+        except LocalspecError as e:  # the chat template refused the messages
+            raise ApiError(400, str(e), param="messages") from None
+        room = n_ctx - n_prompt
+        where = "messages" if not raw else "prompt"
+        if not n_prompt:
+            raise ApiError(400, "the prompt is empty", param=where)
+        if room <= 0:
+            raise ApiError(
+                400,
+                f"the prompt is {n_prompt} tokens and the context holds {n_ctx} ({1 - room} too many)",
+                param=where,
+                code="context_length_exceeded",
+            )
+        if max_tokens is not None and max_tokens > room:
+            raise ApiError(
+                400,
+                f"the context holds {n_ctx} tokens: {n_prompt} in the prompt leave {room} for the answer, "
+                f"not max_tokens = {max_tokens}",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        if n_predicted > room:
+            raise ApiError(
+                400,
+                f"the prediction is {n_predicted} tokens and the answer has room for {room}",
+                param="prediction",
+                code="context_length_exceeded",
+            )
+        return max_tokens or room
+
+    def _gone(self, request: Request, tokens: int) -> Response:
+        """A client that left: nothing more runs for it; the log says so (499, as nginx counts it)."""
+        self.say(f"localspec: {request.method} {request.url.path} 499 the client went away after {tokens} tokens")
+        return Response(status_code=499)
+
+    async def _events(
+        self,
+        request: Request,
+        stream: Stream,
+        run: Generation,
+        shape: Shape,
+        rid: str,
+        now: int,
+        first: list[float],
+        done: Callable[[], Served],
+        include_usage: bool,
+    ) -> AsyncIterator[bytes]:
+        served: Served | None = None
+        failed = False
+        try:
+            if shape.chat:
+                yield sse(shape.chunk(rid, now, None, None, role=True))
+            async for piece in stream:
+                assert isinstance(piece, Piece)
+                first.append(time.perf_counter())
+                yield sse(shape.chunk(rid, now, piece.text, None))
+            yield sse(shape.chunk(rid, now, None, finish(run.stats)))
+            served = done()
+            if include_usage:
+                chunk = {"id": rid, "object": shape.chunk_object, "created": now, "model": shape.model}
+                yield sse({**chunk, "choices": [], "usage": usage(served)})
+            yield sse("[DONE]")
+        except ClientGone:
+            pass
+        except Exception:  # a failure after the stream started: an error event, then the end of the stream
+            failed = True
+            self.say(f"localspec: {request.method} {request.url.path} 500 failed mid-stream\n{traceback.format_exc()}")
+            error = ApiError(500, "the generation failed (the server's log has the details)", kind="server_error")
+            yield sse(error.body())
+            yield sse("[DONE]")
+        finally:
+            with anyio.CancelScope(shield=True):  # a client that went away: stop the generation now
+                await stream.aclose()
+            if served is None and not failed:
+                self.say(
+                    f"localspec: {request.method} {request.url.path} 499 the client went away after "
+                    f"{len(run.tokens)} tokens"
+                )
