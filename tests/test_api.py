@@ -97,7 +97,7 @@ def test_a_seed_gives_the_same_text_with_and_without_drafting(alone: LocalSpec, 
     want.result()
     assert want.seed == 31 and want.stats.drafted == 0
     prompt = alone.tokens(EDIT)
-    for spec in (LocalSpec.load(draft="copier", ctx=2048), LocalSpec.load(k=3, ctx=2048)):
+    for spec in (LocalSpec.load(draft="copier", k=8, ctx=2048), LocalSpec.load(k=3, ctx=2048)):  # a fixed k drafts
         got = spec.generate(EDIT, temperature=0.9, max_tokens=60, seed=31)
         got.result()
         assert got.stats.drafted > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 import traceback
@@ -18,7 +19,7 @@ from localspec.errors import LocalspecError
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.responses import Served, Shape, finish, sse, usage
 from localspec.frontends.server.schemas import Prediction, RequestBase
-from localspec.frontends.server.worker import ClientGone, Worker
+from localspec.frontends.server.worker import ClientGone, Worker, watch_disconnect
 from localspec.llama.model import ContextFull
 
 Stream = AsyncGenerator[Piece | Generation, None]
@@ -81,11 +82,17 @@ class Service:
             )
         req.refuse_unsupported()
         max_tokens = await self._fit(prompt, max_tokens, prediction, raw)
-        stream = self.worker.stream(self._begin(prompt, req, max_tokens, prediction, raw), request.is_disconnected)
+        left = asyncio.Event()
+        watcher = asyncio.create_task(watch_disconnect(request.receive, left))
+        stream = self.worker.stream(self._begin(prompt, req, max_tokens, prediction, raw), left)
         try:
             run = await stream.__anext__()  # waits its turn; errors before decoding are plain 4xx responses
         except ClientGone:
+            watcher.cancel()
             return self._gone(request, 0)
+        except BaseException:
+            watcher.cancel()
+            raise
         assert isinstance(run, Generation)
         rid, now = f"{'chatcmpl' if shape.chat else 'cmpl'}-{secrets.token_hex(12)}", int(time.time())
         first: list[float] = []
@@ -109,10 +116,11 @@ class Service:
             except ClientGone:
                 return self._gone(request, len(run.tokens))
             finally:
+                watcher.cancel()
                 await stream.aclose()
             return JSONResponse(shape.final(rid, now, done()))
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        events = self._events(request, stream, run, shape, rid, now, first, done, include_usage)
+        events = self._events(request, stream, run, shape, rid, now, first, done, include_usage, watcher)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
@@ -173,6 +181,7 @@ class Service:
         first: list[float],
         done: Callable[[], Served],
         include_usage: bool,
+        watcher: asyncio.Task[None],
     ) -> AsyncIterator[bytes]:
         served: Served | None = None
         failed = False
@@ -198,6 +207,7 @@ class Service:
             yield sse(error.body())
             yield sse("[DONE]")
         finally:
+            watcher.cancel()
             with anyio.CancelScope(shield=True):  # a client that went away: stop the generation now
                 await stream.aclose()
             if served is None and not failed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,6 +14,16 @@ from localspec.frontends.server.errors import ApiError
 
 class ClientGone(Exception):
     """The client went away: its generation is not started, or stops at the next round."""
+
+
+async def watch_disconnect(receive: Callable[[], Any], left: asyncio.Event) -> None:
+    """Set `left` when the client disconnects (run as a task once the request's body is read).
+
+    A blocking receive, not a poll: uvicorn stops reading a connection whose request is complete, and a
+    poll that cancels at once only starts it reading again, so it would see a disconnect one poll late."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    left.set()
 
 
 class Worker:
@@ -39,11 +49,11 @@ class Worker:
             )
 
     async def stream(
-        self, start: Callable[[], Generation], gone: Callable[[], Awaitable[bool]]
+        self, start: Callable[[], Generation], left: asyncio.Event
     ) -> AsyncGenerator[Piece | Generation, None]:
         """Yield the Generation first, then its pieces; `start` (run on the worker) returns the Generation.
 
-        `gone` says whether the client left: checked when its turn comes (before the prefill) and between
+        `left` says the client went away: checked when its turn comes (before the prefill) and between
         rounds, so nothing runs for a client that is no longer there (ClientGone)."""
         self.admit()
         self.waiting += 1
@@ -53,14 +63,14 @@ class Worker:
             self.waiting -= 1
         pieces: Generator[Piece, None, None] | None = None
         try:
-            if await gone():
+            if left.is_set():
                 raise ClientGone
             run = await self.call(start)
             yield run
             pieces = iter(run)  # a generator: closing it ends the generation
             while (piece := await self.call(next, pieces, None)) is not None:
                 yield piece
-                if await gone():
+                if left.is_set():
                     raise ClientGone
         finally:  # no awaits here: it runs even when the client's task is being cancelled
             if pieces is not None:  # ends the generation (its stats, the caches) on the worker thread
