@@ -94,7 +94,7 @@ def test_setup_cost_is_priced_against_the_tokens_left() -> None:
     from localspec.drafting.costs import CostModel
 
     cost = CostModel(dict(GPU_CURVE), draft=0.002, draft_prefill=0.0004)
-    drafter = DraftModelDrafter(SimpleNamespace(tokens=[]), 151936, cost)  # type: ignore[arg-type]
+    drafter = DraftModelDrafter(SimpleNamespace(tokens=[]), cost)  # type: ignore[arg-type]
     planner = Planner([drafter], k=None, cost=cost)
     ctx = list(range(2000))
     assert planner.plan(ctx, room=8).drafter is None

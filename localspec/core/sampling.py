@@ -42,9 +42,6 @@ class OneHot:
         self.ids = np.array([token], dtype=np.int64)
         self.p = np.ones(1)
 
-    def __getitem__(self, x: int) -> float:
-        return 1.0 if x == self.token else 0.0
-
 
 class Probs:
     """A distribution over the vocabulary kept as its support: token ids and their probabilities.
@@ -53,12 +50,8 @@ class Probs:
     keeps a wide verify cheap.
     """
 
-    def __init__(self, ids: np.ndarray, p: np.ndarray, n_vocab: int) -> None:
-        self.ids, self.p, self.n_vocab = ids, p, n_vocab
-
-    def __getitem__(self, x: int) -> float:
-        hit = np.flatnonzero(self.ids == x)
-        return float(self.p[hit[0]]) if hit.size else 0.0
+    def __init__(self, ids: np.ndarray, p: np.ndarray) -> None:
+        self.ids, self.p = ids, p
 
 
 Dist = Probs | OneHot | np.ndarray  # a sampling distribution over the vocabulary (dense arrays: tests)
@@ -112,7 +105,7 @@ def process(logits: np.ndarray, s: SamplerSettings) -> Probs | OneHot:
     if s.top_p < 1.0:
         cand = _sorted_prefix(logits, cand, z, lmax, s.top_p)
     w = np.exp((logits[cand].astype(np.float64) - lmax) / s.temperature)
-    return Probs(cand.astype(np.int64), w / w.sum(), n)
+    return Probs(cand.astype(np.int64), w / w.sum())
 
 
 # ---- keyed Gumbel noise ------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def make_drafters(
     if copier:
         drafters.append(Copier(LineJoin(target.piece, target.tokenize)))
     if draft is not None:
-        drafters.append(DraftModelDrafter(draft, target.n_vocab, cost))
+        drafters.append(DraftModelDrafter(draft, cost))
     return drafters
 
 

@@ -63,8 +63,8 @@ class DraftModelDrafter(Drafter):
     name = "draft_model"
     max_k: ClassVar[int] = 16
 
-    def __init__(self, model: Model, n_vocab: int, cost: CostModel | None = None) -> None:
-        self.model, self.n_vocab, self.cost = model, n_vocab, cost
+    def __init__(self, model: Model, cost: CostModel | None = None) -> None:
+        self.model, self.cost = model, cost
         self.acceptance = Acceptance()
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
         self._probing = False
