@@ -15,19 +15,28 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Generator, Sequence
+from typing import Any, Literal
 
-from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.core.grammar import ANY_JSON_OBJECT, Constraint, GrammarError, compile_grammar, json_schema_grammar
+from localspec.core.sampling import InvariantSampling, SamplerSettings, TokenLogprob
 from localspec.core.stats import Piece, Stats
+from localspec.core.tool_calls import ToolCall, call_grammar, parse_tool_calls
 from localspec.decoding.engine import Engine
 from localspec.decoding.loader import RunConfig, draft_model_of, load_engine
 from localspec.drafting.base import Drafter
 from localspec.drafting.calibration import save_costs
 from localspec.drafting.copier import LineJoin
+from localspec.drafting.forced import ForcedDrafter
 from localspec.drafting.prediction import PredictionDrafter
-from localspec.llama.template import Message, chat_tokens, raw_tokens
+from localspec.errors import Unsupported
+from localspec.llama.grammar import grammar_tokenizer
+from localspec.llama.model import Model
+from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
 from localspec.settings import SETTINGS
 
 Prompt = str | Sequence[Message]
+ToolChoice = Literal["auto", "none", "required"] | dict[str, Any]
+MAX_LOGPROBS = 20  # alternatives per token, as OpenAI allows
 
 
 class Generation:
@@ -43,15 +52,22 @@ class Generation:
         drafters: Sequence[Drafter] = (),
         *,
         seed: int,
+        grammar: Constraint | None = None,
+        top_logprobs: int | None = None,
+        tool_names: Sequence[str] = (),
     ) -> None:
         self._engine, self._prompt, self._max_tokens, self._stops = engine, prompt, max_tokens, stops
         self._drafters = list(drafters)
+        self._grammar, self._top_logprobs = grammar, top_logprobs
+        self.tool_names = tool_names  # the tools described: the answer may call them
         self._pieces: list[str] = []
         self._tokens: list[int] = []
         self._started = False
         self.seed = seed  # the seed this generation samples with: the same seed gives the same text
         self.prediction = next((d.prediction for d in drafters if isinstance(d, PredictionDrafter)), None)
         self.stats = Stats()  # this generation's figures (complete once it has ended)
+        # the log-probability of each completion token, when asked for (`logprobs`)
+        self.logprobs: list[TokenLogprob] | None = None if top_logprobs is None else []
 
     def __iter__(self) -> Generator[Piece, None, None]:
         if self._started:
@@ -59,7 +75,15 @@ class Generation:
         self._started = True
         self._engine.sampling = InvariantSampling(self.seed)
         pieces = self._engine.generate(
-            self._prompt, self._max_tokens, self._stops, self._drafters, stats=self.stats, completion=self._tokens
+            self._prompt,
+            self._max_tokens,
+            self._stops,
+            self._drafters,
+            stats=self.stats,
+            completion=self._tokens,
+            grammar=self._grammar,
+            logprobs=self.logprobs,
+            top_logprobs=self._top_logprobs or 0,
         )
         for piece in pieces:
             self._pieces.append(piece.text)
@@ -76,6 +100,23 @@ class Generation:
     def text(self) -> str:
         """The text produced so far."""
         return "".join(self._pieces)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tools the answer calls (with `tools` given; complete once it has ended)."""
+        return parse_tool_calls(self.text, self.tool_names)[1] if self.tool_names else []
+
+    @property
+    def content(self) -> str:
+        """The text without its tool calls."""
+        return parse_tool_calls(self.text, self.tool_names)[0] if self.tool_names else self.text
+
+    @property
+    def finish_reason(self) -> str:
+        """'stop', 'length' (max_tokens or the context), or 'tool_calls'."""
+        if self.tool_calls:
+            return "tool_calls"
+        return "length" if self.stats.finish_reason == "length" else "stop"
 
     @property
     def prompt_tokens(self) -> list[int]:
@@ -151,16 +192,31 @@ class LocalSpec:
         """Remarks from loading (a draft model left out where it cannot win, say)."""
         return self.engine.notes
 
-    def tokens(self, prompt: Prompt, *, system: str | None = None, raw: bool = False) -> list[int]:
-        """The prompt as the target's tokens: a string through the chat template (or as-is with raw),
-        or a list of {"role", "content"} messages through the chat template."""
+    def tokens(
+        self,
+        prompt: Prompt,
+        *,
+        system: str | None = None,
+        raw: bool = False,
+        suffix: str | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> list[int]:
+        """The prompt as the target's tokens: a string through the chat template (or as-is with raw; with
+        a suffix, the text between them is asked for), or a list of {"role", "content"} messages through
+        the chat template, `tools` described. LocalspecError where the model cannot (no FIM tokens, say)."""
         target = self.engine.target
         if isinstance(prompt, str):
+            if suffix is not None:
+                return fim_tokens(target, prompt, suffix)
             if raw:
                 return raw_tokens(target, prompt)
             prompt = [{"role": "user", "content": prompt}]
         messages = ([{"role": "system", "content": system}] if system else []) + list(prompt)
-        return chat_tokens(target, messages)
+        return chat_tokens(target, messages, tools=list(tools) if tools else None)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token of the target's writes (for showing log-probabilities)."""
+        return self.engine.target.piece(token)
 
     def generate(
         self,
@@ -176,13 +232,26 @@ class LocalSpec:
         system: str | None = None,
         raw: bool = False,
         prediction: str | None = None,
+        response_format: dict[str, Any] | None = None,
+        grammar: str | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        logprobs: int | None = None,
+        suffix: str | None = None,
     ) -> Generation:
         """Start a generation (it runs as it is iterated). The sampler settings apply identically to the
         target and the drafts; a seed makes sampled text repeatable; temperature 0 is greedy.
 
         `prediction` is text the answer is expected to repeat (a file being rewritten, say): a draft
         source for this generation. It changes how fast the answer comes, never what it says.
-        A prompt that is empty or does not fit the context raises LocalspecError (ContextFull) here.
+        `response_format` is OpenAI's ({"type": "json_object"}, or "json_schema" with its schema) and
+        `grammar` a GBNF or Lark grammar: the answer follows it, and what it forces is drafted.
+        `tools` (OpenAI's function tools) are described to the model; `tool_choice` is "auto", "none",
+        "required" or {"type": "function", "function": {"name": ...}} (the last two enforce a valid call).
+        `logprobs` asks for each token's log-probability with that many alternatives (0-20).
+        `suffix` makes a fill-in-the-middle completion of a string prompt.
+        A bad setting raises ValueError naming it; a prompt that is empty or does not fit the context
+        raises LocalspecError (ContextFull) here.
         """
         settings = {
             "max_tokens": max_tokens,
@@ -194,20 +263,83 @@ class LocalSpec:
         }
         for name, value in settings.items():
             _check(name, value)
-        self.engine.sampler = SamplerSettings(temperature, top_k, top_p, min_p)
-        drafters: list[Drafter] = []
-        if prediction and self.engine.k != 0:
-            target = self.engine.target
-            drafters.append(PredictionDrafter(target.tokenize(prediction), LineJoin(target.piece, target.tokenize)))
-        tokens = self.tokens(prompt, system=system, raw=raw)
+        if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs: at most {MAX_LOGPROBS} alternatives, not {logprobs}")
+        target = self.engine.target
+        calls = _tools_in_use(tools, tool_choice)
+        grammar_text = _grammar(response_format, grammar, calls, tool_choice, target)
+        tokens = self.tokens(prompt, system=system, raw=raw, suffix=suffix, tools=calls)
         self.engine.check_prompt(tokens)  # here, not at the first token: a caller can answer before streaming
+        self.engine.sampler = SamplerSettings(temperature, top_k, top_p, min_p)
+        constraint = (
+            None if grammar_text is None else Constraint(grammar_tokenizer(target), grammar_text, target.n_vocab)
+        )
+        drafters: list[Drafter] = []
+        if self.engine.k != 0:
+            if prediction:
+                drafters.append(PredictionDrafter(target.tokenize(prediction), LineJoin(target.piece, target.tokenize)))
+            if constraint is not None:
+                drafters.append(ForcedDrafter(constraint))
         seed = secrets.randbelow(2**31) if seed is None else seed
-        return Generation(self.engine, tokens, max_tokens, list(stop), drafters, seed=seed)
+        return Generation(
+            self.engine,
+            tokens,
+            max_tokens,
+            list(stop),
+            drafters,
+            seed=seed,
+            grammar=constraint,
+            top_logprobs=logprobs,
+            tool_names=[t["function"]["name"] for t in calls],
+        )
 
     def save_costs(self) -> None:
         """Keep what this session learned about the machine's decode costs for the next run."""
         if self.engine.cost is not None:
             save_costs(self.engine.target, draft_model_of(self.engine), self.engine.cost)
+
+
+def _tools_in_use(tools: Sequence[dict[str, Any]] | None, choice: ToolChoice) -> list[dict[str, Any]]:
+    """The tools the model is told of: none with tool_choice "none"; a named one must be among them."""
+    if not tools or choice == "none":
+        return []
+    names = [t.get("function", {}).get("name") for t in tools]
+    if not all(isinstance(n, str) and n for n in names):
+        raise ValueError("tools: every tool needs a function with a name")
+    if isinstance(choice, dict):
+        name = choice.get("function", {}).get("name")
+        if name not in names:
+            raise ValueError(f"tool_choice: no tool is named {name!r} (the tools are {', '.join(map(str, names))})")
+    elif choice not in ("auto", "required"):
+        raise ValueError(f"tool_choice: 'auto', 'none', 'required' or a function, not {choice!r}")
+    return list(tools)
+
+
+def _grammar(
+    response_format: dict[str, Any] | None,
+    grammar: str | None,
+    tools: list[dict[str, Any]],
+    choice: ToolChoice,
+    target: Model,
+) -> str | None:
+    """The grammar the answer follows, if any: a required call, a response format, or a given grammar."""
+    if tools and choice != "auto":  # required, or a named function
+        named = choice["function"]["name"] if isinstance(choice, dict) else None
+        if not supports_tools(target):
+            raise Unsupported(f"{target.name}'s chat template has no tool calls in a format localspec reads", "tools")
+        return call_grammar(tools, named, *tool_tags(target))
+    kind = (response_format or {}).get("type", "text")
+    try:
+        if kind == "json_object":
+            return json_schema_grammar(ANY_JSON_OBJECT)
+        if kind == "json_schema":
+            spec = (response_format or {}).get("json_schema") or {}
+            return json_schema_grammar(spec.get("schema") or ANY_JSON_OBJECT)
+        if kind != "text":
+            raise ValueError(f"response_format: 'text', 'json_object' or 'json_schema', not {kind!r}")
+        return None if grammar is None else compile_grammar("gbnf", grammar)
+    except GrammarError as e:
+        raise ValueError(f"{'grammar' if grammar is not None and kind == 'text' else 'response_format'}: {e}") from None
 
 
 def _check(name: str, value: object) -> None:

@@ -158,3 +158,22 @@ def _at_the_cut(logits: np.ndarray, sampler: SamplerSettings, token: int) -> boo
         if (token in support(process(moved, sampler))[0]) != inside:
             return True
     return False
+
+
+def assert_same_constrained(target: Model, prompt: list[int], got: str, want: list[int], grammar: str) -> None:
+    """A greedy answer under a grammar: the same text as `want` (the target alone's tokens), or parting at a
+    near tie of the logits the grammar allows, at the first of want's tokens that the answer does not hold."""
+    from localspec.core.grammar import Constraint
+    from localspec.llama.grammar import grammar_tokenizer
+
+    constraint, text, seen = Constraint(grammar_tokenizer(target), grammar, target.n_vocab), got.encode(), b""
+    for i, tok in enumerate(want):
+        piece = target.piece(tok)
+        if not text.startswith(seen + piece) and not target.is_eog(tok):
+            logits = constraint.mask(target.sync(prompt + want[:i], 1)[0].copy())
+            top2 = np.sort(logits)[-2:]
+            gap = float(top2[1] - top2[0])
+            assert gap < NEAR_TIE, f"outputs differ at token {i} ({piece!r}) with a gap of {gap:.4f} under the grammar"
+            return
+        seen += piece
+        constraint.advance(tok)

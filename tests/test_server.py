@@ -14,10 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import jsonschema
+import numpy as np
 import openai
 import pytest
-from conftest import assert_same_tokens, run_cli
+from conftest import assert_same_constrained, assert_same_tokens, run_cli
 
+from localspec import LocalSpec
+from localspec.core.grammar import json_schema_grammar
 from localspec.core.sampling import SamplerSettings
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
@@ -266,8 +270,31 @@ BAD = [
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "top_p": 0}, 400, "top_p"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21}, 400, "top_logprobs"),
+    (
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+        400,
+        "tools.0.function",
+    ),
+    (
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objectx"}}},
+        },
+        400,
+        "response_format",
+    ),
+    (
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "g"}},
+        },
+        400,
+        "tool_choice",
+    ),
     (
         {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "presence_penalty": 0.5},
         400,
@@ -414,3 +441,168 @@ def test_a_client_that_leaves_before_its_answer_frees_the_server(server: Server)
     cuts = [int(line.split(" after ")[1].split()[0]) for line in gone]
     assert max(cuts) < 400 and min(cuts) == 0, gone  # one stopped mid-answer, the queued one never started
     _wait_for(lambda: not httpx.get(f"{server.url}/health").json()["busy"], "the worker to be free")
+
+
+# ---- agents and structured output -------------------------------------------------------------------
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"],
+        },
+    },
+}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0},
+        "languages": {"type": "array", "items": {"enum": ["python", "rust", "go", "c"]}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["name", "age", "languages"],
+    "additionalProperties": False,
+}
+
+
+def test_a_two_step_tool_loop(server: Server) -> None:
+    """The call (required: the grammar keeps it valid), the tool's result, the final answer."""
+    client = server.client()
+    messages: list[dict[str, object]] = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    first = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=80
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.id.startswith("call_") and call.type == "function" and call.function.name == "get_weather"
+    args = json.loads(call.function.arguments)
+    assert "paris" in args["city"].lower()
+    assert first.usage.model_extra["localspec"]["drafted_by"].get("forced", 0) > 0  # the call's markup was forced
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 18, "sky": "cloudy"})},
+    ]
+    final = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=60
+    )
+    assert final.choices[0].finish_reason == "stop" and not final.choices[0].message.tool_calls
+    assert "18" in final.choices[0].message.content
+
+
+def test_a_streamed_tool_call_comes_in_openai_deltas(server: Server) -> None:
+    stream = server.client().chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Is it raining in Oslo?"}],
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0,
+        max_tokens=80,
+        stream=True,
+    )
+    chunks = list(stream)
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [tc for d in deltas for tc in d.tool_calls or []]
+    assert calls[0].id and calls[0].function.name == "get_weather" and calls[0].index == 0
+    arguments = "".join(tc.function.arguments or "" for tc in calls)
+    assert "oslo" in json.loads(arguments)["city"].lower()
+    assert not "".join(d.content or "" for d in deltas)  # the call's markup never shows as content
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_json_schema_answers_validate(server: Server, temperature: float) -> None:
+    reply = _chat(
+        server.client(),
+        "Describe a programmer as JSON.",
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+        temperature=temperature,
+        seed=7,
+        max_tokens=120,
+    )
+    assert reply.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(reply.choices[0].message.content), PERSON)
+    assert reply.usage.model_extra["localspec"]["accepted_by"].get("forced", 0) > 0  # the key names were drafted
+    obj = _chat(server.client(), "Give me a JSON object with a greeting.", response_format={"type": "json_object"})
+    assert isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+@pytest.fixture(scope="module")
+def alone(target_path: Path) -> LocalSpec:
+    """The target alone, in this process: the reference a server's answers are held to."""
+    return LocalSpec.load(target=str(target_path), no_draft=True, ctx=int(CTX))
+
+
+def test_json_schema_with_drafting_equals_the_target_alone(server: Server, target: Model, alone: LocalSpec) -> None:
+    """Forced tokens are drafted, verified and change nothing: the same JSON as the target alone writes
+    under the same grammar, token by token (bar a near tie)."""
+    prompt = "List two programmers as JSON: a name, an age and the languages each uses."
+    schema = {"type": "array", "items": PERSON, "minItems": 2, "maxItems": 2}
+    fmt = {"type": "json_schema", "json_schema": {"name": "people", "schema": schema}}
+    reply = _chat(server.client(), prompt, response_format=fmt, temperature=0, max_tokens=200)
+    assert reply.usage.model_extra["localspec"]["accepted_by"].get("forced", 0) > 0
+    want = alone.generate(prompt, response_format=fmt, temperature=0, max_tokens=200)
+    want.result()
+    assert want.stats.drafted == 0
+    jsonschema.validate(json.loads(want.text), schema)
+    grammar = json_schema_grammar(schema)
+    assert_same_constrained(target, want.prompt_tokens, reply.choices[0].message.content, want.tokens, grammar)
+
+
+def test_logprobs_match_the_target_alone(server: Server, target: Model) -> None:
+    """Each token's log-probability is the target's own log-softmax at that position, whatever was drafted:
+    recomputed here one token at a time on the target alone (batched and one-token decoding differ by
+    ~0.1 logit, so each may differ by up to 0.25 nats; their sum is checked against the same bound per token)."""
+    reply = _chat(server.client(), EDIT, temperature=0, max_tokens=40, logprobs=True, top_logprobs=5)
+    assert reply.usage.model_extra["localspec"]["drafted"] > 0
+    entries = reply.choices[0].logprobs.content
+    assert len(entries) == reply.usage.completion_tokens
+    prompt = chat_tokens(target, [{"role": "user", "content": EDIT}])
+    tokens = target.tokenize("".join(e.token for e in entries))
+    ctx, total, want_total = list(prompt), 0.0, 0.0
+    for e, tok in zip(entries, tokens, strict=False):
+        logits = target.sync(ctx, 1)[0].astype(np.float64)
+        want = float(logits[tok] - logits.max() - np.log(np.exp(logits - logits.max()).sum()))
+        assert abs(e.logprob - want) < 0.25, (e.token, e.logprob, want)
+        assert [t.logprob for t in e.top_logprobs] == sorted((t.logprob for t in e.top_logprobs), reverse=True)
+        assert len(e.top_logprobs) == 5 and e.logprob <= e.top_logprobs[0].logprob + 1e-9
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token
+        total, want_total = total + e.logprob, want_total + want
+        ctx.append(tok)
+    assert abs(total - want_total) < 0.25 * len(entries) ** 0.5 + 0.1
+
+
+def test_fill_in_the_middle(server: Server, target: Model, alone: LocalSpec) -> None:
+    """`suffix` on completions: the text between, asked for with the target's FIM tokens; the same text as
+    the target alone writes."""
+    prefix = CODE.replace("    return result\n", "    return result\n\n\ndef average(items):\n")
+    suffix = "\n\nprint(average([]))\n"
+    reply = server.client().completions.create(
+        model=MODEL, prompt=prefix, suffix=suffix, temperature=0, max_tokens=60, logprobs=2
+    )
+    text = reply.choices[0].text
+    assert "return" in text and "<|fim" not in text
+    assert reply.choices[0].logprobs.tokens and len(reply.choices[0].logprobs.top_logprobs[0]) <= 2
+    want = alone.generate(prefix, suffix=suffix, temperature=0, max_tokens=60)
+    want.result()
+    pre, suf, mid = target.fim_tokens()
+    assert want.prompt_tokens[0] == pre and want.prompt_tokens[-1] == mid and suf in want.prompt_tokens
+    assert_same_tokens(target, want.prompt_tokens, target.tokenize(text), want.tokens)
+
+
+def test_suffix_without_fim_tokens_is_a_400(gemma_path: Path) -> None:
+    s = Server("--target", str(gemma_path), "--no-draft", "--model-alias", "gemma")
+    try:
+        with pytest.raises(openai.BadRequestError) as e:
+            s.client().completions.create(model="gemma", prompt="def f():", suffix="\n", max_tokens=5)
+        assert e.value.body["param"] == "suffix" and "fill-in-the-middle" in e.value.body["message"]
+        with pytest.raises(openai.BadRequestError) as e:  # this GGUF has no chat template at all
+            s.client().chat.completions.create(
+                model="gemma", messages=[{"role": "user", "content": "hi"}], tools=[WEATHER], max_tokens=5
+            )
+        assert "chat template" in e.value.body["message"]
+    finally:
+        assert s.stop() == 0

@@ -176,3 +176,24 @@ class InvariantSampling:
             if y != x:
                 return [*draft[:i], y], i
         return [*draft, self.pick(p_at(len(draft)), pos + len(draft))], len(draft)
+
+
+# ---- log-probabilities -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenLogprob:
+    """An emitted token's log-probability and the n most likely tokens at its position."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token, log-probability), most likely first
+
+
+def token_logprob(logits: np.ndarray, token: int, n: int) -> TokenLogprob:
+    """Log-softmax of the target's logits at one position (at temperature 1, after any grammar mask):
+    the model's own distribution, as OpenAI reports it, whatever sampler settings chose the token."""
+    x = logits.astype(np.float64)
+    lse = float(x.max()) + math.log(float(np.exp(x - x.max()).sum()))
+    top = np.argpartition(-x, n)[:n] if 0 < n < x.size else np.arange(x.size if n else 0)
+    top = top[np.argsort(-x[top], kind="stable")]
+    top = top[np.isfinite(x[top])]  # a grammar may allow fewer than n
+    return TokenLogprob(token, float(x[token]) - lse, tuple((int(t), float(x[t]) - lse) for t in top))

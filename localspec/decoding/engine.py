@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.core.sampling import InvariantSampling, SamplerSettings, process
+from localspec.core.grammar import Constraint
+from localspec.core.sampling import Dist, InvariantSampling, SamplerSettings, TokenLogprob, process, token_logprob
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
-from localspec.decoding.planner import NONE, Planner
+from localspec.decoding.planner import NONE, Plan, Planner
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull, Model
+
+
+@dataclass
+class Round:
+    """What one round emitted: its tokens (the accepted draft first), and how it got them."""
+
+    tokens: list[int]
+    accepted: int
+    drafter: Drafter | None
+    drafted: int
+    logprobs: list[TokenLogprob]  # one per token when asked for
 
 
 class Engine:
@@ -40,6 +53,8 @@ class Engine:
         self.sampling = InvariantSampling(seed)
         self.notes: list[str] = []  # one-line remarks for the user (a draft model left out, say)
         self._pending = np.empty((0, target.n_vocab), np.float32)  # target logits already computed
+        self._grammar: Constraint | None = None  # this generation's
+        self._top_logprobs: int | None = None  # this generation's: log-probabilities with so many alternatives
 
     @property
     def k(self) -> int | None:
@@ -49,15 +64,16 @@ class Engine:
     def k(self, value: int | None) -> None:
         self.planner.k = value
 
-    def _step(self, ctx: list[int], room: int) -> tuple[list[int], int, Drafter | None, int]:
-        """One round on ctx: emitted tokens, accepted draft tokens, the drafter, drafted tokens.
-
-        The target cache holds ctx[:-1], or all of ctx when the prefill left the next logits pending.
-        """
+    def _step(self, ctx: list[int], room: int) -> Round:
+        """One round on ctx. The target cache holds ctx[:-1], or all of ctx when the prefill left the next
+        logits pending; the grammar, if any, has consumed ctx's output."""
         # Right after the prefill the next token's logits are at hand: emit it before any draft is verified
         # (the first token comes as soon as the target alone's would; drafting starts from the next round).
         plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
         draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.sampling) if plan.drafter else []
+        grammar = self._grammar
+        if grammar is not None and draft:  # a draft goes only as far as the grammar allows it
+            draft = draft[: grammar.valid_prefix(draft)]
         pending, self._pending = self._pending, self._pending[:0]
         n_new, t0 = len(draft) + 1 - len(pending), time.perf_counter()
         logits = self.target.sync(ctx + draft, n_new)  # one batch: all new positions, their logits only
@@ -65,12 +81,27 @@ class Engine:
             logits = np.concatenate([pending, logits])
         if self.cost is not None and n_new:
             self.cost.observe_verify(n_new, time.perf_counter() - t0)
-        tokens, n = self.sampling.verify(lambda i: process(logits[i], self.sampler), draft, len(ctx))
+        rows: list[np.ndarray] = []  # the target's logits at each emitted position, under the grammar
+
+        def p_at(i: int) -> Dist:  # called for i = 0, 1, ... while the draft holds
+            row = logits[i]
+            if grammar is not None:
+                if i:
+                    grammar.advance(draft[i - 1])
+                row = grammar.mask(row)
+            rows.append(row)
+            return process(row, self.sampler)
+
+        tokens, n = self.sampling.verify(p_at, draft, len(ctx))
+        if grammar is not None:
+            grammar.advance(tokens[-1])
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
         for d in self.planner.drafters:
             d.rewind(len(ctx) + n)
-        self.planner.observe(ctx + tokens, plan, n)
-        return tokens, n, plan.drafter, len(draft)
+        self.planner.observe(ctx + tokens, Plan(plan.drafter, len(draft)), n)
+        top = self._top_logprobs
+        logprobs = [token_logprob(row, t, top) for row, t in zip(rows, tokens, strict=True)] if top is not None else []
+        return Round(tokens, n, plan.drafter, len(draft), logprobs)
 
     def check_prompt(self, prompt: list[int]) -> None:
         """Refuse a prompt that is empty (LocalspecError) or does not fit the context (ContextFull)."""
@@ -98,10 +129,15 @@ class Engine:
         *,
         stats: Stats | None = None,
         completion: list[int] | None = None,
+        grammar: Constraint | None = None,
+        logprobs: list[TokenLogprob] | None = None,
+        top_logprobs: int = 0,
     ) -> Iterator[Piece]:
-        """Stream the completion of `prompt`; `stats` and `completion` (the caller's) fill in as it goes.
+        """Stream the completion of `prompt`; `stats`, `completion` and `logprobs` (the caller's) fill in
+        as it goes (`logprobs` with `top_logprobs` alternatives at each token).
 
-        `drafters` join the engine's own for this generation only (a prediction of the output, say).
+        `drafters` join the engine's own for this generation only (a prediction of the output, say);
+        `grammar` constrains the output (a fresh Constraint, at the grammar's start).
         """
         start = time.perf_counter()
         st = Stats() if stats is None else stats
@@ -112,26 +148,33 @@ class Engine:
             d.start(len(prompt))
         stream, ctx = TextStream(stops), list(prompt)
         self._prefill(ctx, st)
+        self._grammar, self._top_logprobs = grammar, None if logprobs is None else top_logprobs
         t0, target0, draft0 = time.perf_counter(), self.target.decode_seconds, self._draft_seconds()
         try:
             while st.completion_tokens < max_tokens and len(ctx) < self.target.n_ctx:
                 room = min(max_tokens - st.completion_tokens - 1, self.target.n_ctx - len(ctx))
-                tokens, n, drafter, k = self._step(ctx, room)
-                st.target_passes, st.drafted, st.accepted = st.target_passes + 1, st.drafted + k, st.accepted + n
-                if drafter is not None:
-                    st.drafted_by[drafter.name] = st.drafted_by.get(drafter.name, 0) + k
-                    st.accepted_by[drafter.name] = st.accepted_by.get(drafter.name, 0) + n
-                for i, tok in enumerate(tokens):
+                r = self._step(ctx, room)
+                st.target_passes, st.drafted, st.accepted = (
+                    st.target_passes + 1,
+                    st.drafted + r.drafted,
+                    st.accepted + r.accepted,
+                )
+                if r.drafter is not None:
+                    st.drafted_by[r.drafter.name] = st.drafted_by.get(r.drafter.name, 0) + r.drafted
+                    st.accepted_by[r.drafter.name] = st.accepted_by.get(r.drafter.name, 0) + r.accepted
+                for i, tok in enumerate(r.tokens):
                     if self.target.is_eog(tok):
                         st.finish_reason = "stop"
                         break
                     ctx.append(tok)
                     out.append(tok)
+                    if logprobs is not None:
+                        logprobs.append(r.logprobs[i])
                     st.completion_tokens += 1
                     if text := stream.feed(self.target.piece(tok)):
                         if st.first_token_seconds is None:
                             st.first_token_seconds = time.perf_counter() - start
-                        yield Piece(text, i < n)
+                        yield Piece(text, i < r.accepted)
                     if stream.stopped:
                         st.finish_reason = "stop"
                         return
@@ -142,6 +185,7 @@ class Engine:
             if tail := stream.feed(b"", final=True):
                 yield Piece(tail, False)
         finally:
+            self._grammar = self._top_logprobs = None
             st.wall_seconds = time.perf_counter() - t0
             if st.first_token_seconds is None:
                 st.first_token_seconds = time.perf_counter() - start

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 _CODE = '''import json
 from dataclasses import dataclass, field
 
@@ -394,3 +396,50 @@ BUILTIN_PROMPTS: list[dict[str, str]] = [
         "(date, description, amount) and returns the total amount per month, with a docstring and type hints.",
     },
 ]
+
+_CUSTOMERS = """Notes from the account review, 2 December:
+
+- Maria Fernandez (account AC-20931) moved to the Premium Annual plan in March. She prefers to be reached by
+  email, has bought 14 times in total, last logged in on 2024-11-28 and reads the newsletter.
+- Account AC-18820 belongs to Tobias Klein, still on Basic Monthly. He only answers the telephone, has made
+  3 purchases, last logged in on 2024-10-02 and unsubscribed from the newsletter.
+- Priya Raman, account AC-31007, Enterprise Custom since last year. Contact by email. 57 purchases, last login
+  2024-12-01, newsletter subscriber.
+- Account AC-09415 (Jonas Berg): Basic Monthly, wants postal mail, 1 purchase, last login 2024-06-17, no
+  newsletter.
+- Aiko Tanaka, account AC-27764, Premium Annual, telephone, 22 purchases, last login 2024-11-30, newsletter
+  subscriber."""
+
+CUSTOMER_SCHEMA = {
+    "type": "array",
+    "minItems": 5,
+    "maxItems": 5,
+    "items": {
+        "type": "object",
+        "properties": {
+            "customer_full_name": {"type": "string"},
+            "customer_account_identifier": {"type": "string"},
+            "subscription_plan_level": {"enum": ["basic_monthly", "premium_annual", "enterprise_custom"]},
+            "preferred_contact_method": {"enum": ["email", "telephone", "postal_mail"]},
+            "total_lifetime_purchases": {"type": "integer"},
+            "most_recent_login_date": {"type": "string"},
+            "newsletter_subscription_status": {"type": "boolean"},
+        },
+        "required": [
+            "customer_full_name",
+            "customer_account_identifier",
+            "subscription_plan_level",
+            "preferred_contact_method",
+            "total_lifetime_purchases",
+            "most_recent_login_date",
+            "newsletter_subscription_status",
+        ],
+        "additionalProperties": False,
+    },
+}
+
+STRUCTURED_PROMPT: dict[str, Any] = {
+    "task": "json-extract",
+    "prompt": "Extract the five customers in these notes as JSON records, in the order they appear.\n\n" + _CUSTOMERS,
+    "response_format": {"type": "json_schema", "json_schema": {"name": "customers", "schema": CUSTOMER_SCHEMA}},
+}

@@ -136,6 +136,7 @@ class Model:
         self.tokens: list[int] = []  # the KV cache holds exactly these, at positions 0..len-1
         self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
         self.n_decoded = 0  # tokens decoded over the model's life (prefill accounting)
+        self.grammar_tokenizer: Any = None  # llguidance's view of the vocabulary (llama.grammar), built on first use
 
     def __del__(self) -> None:
         batch = getattr(self, "_batch", None)
@@ -160,6 +161,11 @@ class Model:
     def is_eog(self, token: int) -> bool:
         """End-of-generation token (EOS, EOT, <|im_end|> …)."""
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def fim_tokens(self) -> tuple[int, int, int]:
+        """The fill-in-the-middle tokens (prefix, suffix, middle); -1 where the vocabulary has none."""
+        v = self._vocab
+        return llama_cpp.llama_vocab_fim_pre(v), llama_cpp.llama_vocab_fim_suf(v), llama_cpp.llama_vocab_fim_mid(v)
 
     @property
     def metadata(self) -> dict[str, str]:

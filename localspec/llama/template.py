@@ -6,15 +6,20 @@ Message contents are tokenized with special=False, so text that looks like a con
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from localspec.errors import LocalspecError
+from localspec.core.tool_calls import CLOSE, OPEN, template_supports_tools
+from localspec.errors import LocalspecError, Unsupported
 from localspec.llama.model import Model
 
-Message = dict  # {"role": str, "content": str, optional "tokens": list[int] (content already tokenized)}
+# {"role": str, "content": str, optional "tokens": list[int] (content already tokenized), and OpenAI's
+# "tool_calls" (arguments as JSON text), "tool_call_id" and "name"}
+Message = dict
 _SLOT = "\x00localspec-slot-{}\x00"
 
 
@@ -35,20 +40,25 @@ def _formatter(model: Model) -> Jinja2ChatFormatter:
     )
 
 
-def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:
-    """The conversation rendered by the model's chat template, as tokens.
+def chat_tokens(
+    model: Model, messages: list[Message], *, add_generation_prompt: bool = True, tools: list[dict] | None = None
+) -> list[int]:
+    """The conversation rendered by the model's chat template (with `tools` described), as tokens.
 
     A message carrying "tokens" contributes those instead of re-tokenizing its content, so a
     generated reply is fed back exactly as it was sampled and the KV cache prefix still matches.
     """
     fmt = _formatter(model)
     fmt.add_generation_prompt = add_generation_prompt
-    slotted = [{"role": m["role"], "content": _SLOT.format(i)} for i, m in enumerate(messages)]
-    rendered = _render(fmt, slotted)
+    if tools and not supports_tools(model):
+        raise Unsupported(f"{model.name}'s chat template has no tool calls in a format localspec reads", "tools")
+    plain = [_for_template(m) for m in messages]
+    slots = [i for i, m in enumerate(messages) if m.get("content")]
+    slotted = [{**m, "content": _SLOT.format(i)} if i in slots else m for i, m in enumerate(plain)]
+    rendered = _render(fmt, slotted, tools)
     parts = re.split("\x00localspec-slot-(\\d+)\x00", rendered)
-    if len(parts) != 2 * len(messages) + 1:  # the template transforms contents: render them in place
-        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
-        return model.tokenize(_render(fmt, plain), special=True)
+    if len(parts) != 2 * len(slots) + 1:  # the template transforms contents: render them in place
+        return model.tokenize(_render(fmt, plain, tools), special=True)
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if i % 2:
@@ -59,12 +69,49 @@ def chat_tokens(model: Model, messages: list[Message], *, add_generation_prompt:
     return tokens
 
 
-def _render(fmt: Jinja2ChatFormatter, messages: list[Message]) -> str:
+def _for_template(m: Message) -> Message:
+    """A message as templates read it: tool calls' arguments as objects (they write them with tojson)."""
+    out = {k: v for k, v in m.items() if k != "tokens"}
+    if m.get("tool_calls"):
+        calls = []
+        for call in m["tool_calls"]:
+            fn = dict(call.get("function", {}))
+            with contextlib.suppress(TypeError, ValueError):
+                fn["arguments"] = json.loads(fn.get("arguments") or "{}")
+            calls.append({**call, "function": fn})
+        out["tool_calls"] = calls
+    return out
+
+
+def supports_tools(model: Model) -> bool:
+    """The template describes tools and its calls are <tool_call> blocks (Qwen2.5, Hermes and others)."""
+    return template_supports_tools(model.metadata.get("tokenizer.chat_template") or "")
+
+
+def tool_tags(model: Model) -> tuple[str, str]:
+    """The call tags as grammar terms: a special token by id where the vocabulary has one, else the text."""
+
+    def term(tag: str) -> str:
+        ids = model.tokenize(tag, special=True)
+        return f"<[{ids[0]}]>" if len(ids) == 1 else json.dumps(tag)
+
+    return term(OPEN), term(CLOSE)
+
+
+def _render(fmt: Jinja2ChatFormatter, messages: list[Message], tools: list[dict] | None = None) -> str:
     """The template's text; a template that refuses the messages (roles that do not alternate) is a LocalspecError."""
     try:
-        return fmt(messages=messages).prompt  # type: ignore[arg-type]
-    except jinja2.TemplateError as e:
+        return fmt(messages=messages, tools=tools or None).prompt  # type: ignore[arg-type]
+    except (jinja2.TemplateError, ValueError) as e:
         raise LocalspecError(f"the model's chat template refused these messages: {e}") from None
+
+
+def fim_tokens(model: Model, prefix: str, suffix: str) -> list[int]:
+    """Fill-in-the-middle: the prefix and suffix around the model's own FIM tokens, as it was trained."""
+    pre, suf, mid = model.fim_tokens()
+    if min(pre, suf, mid) < 0:
+        raise Unsupported(f"{model.name} has no fill-in-the-middle tokens; it cannot complete with a suffix", "suffix")
+    return [pre, *model.tokenize(prefix), suf, *model.tokenize(suffix), mid]
 
 
 def raw_tokens(model: Model, text: str) -> list[int]:

@@ -67,14 +67,14 @@ def create_app(
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request, req: ChatRequest) -> Any:
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
+        messages = [m.for_template() for m in req.messages]
         max_tokens = req.max_completion_tokens or req.max_tokens
-        return await service.serve(request, req, Shape(True, model_id), messages, max_tokens, req.prediction, False)
+        return await service.serve(request, req, Shape(True, model_id), messages, max_tokens)
 
     @v1.post("/completions")
     async def completions(request: Request, req: CompletionRequest) -> Any:
         max_tokens = req.max_tokens or 16
-        return await service.serve(request, req, Shape(False, model_id), req.text(), max_tokens, req.prediction, True)
+        return await service.serve(request, req, Shape(False, model_id), req.text(), max_tokens)
 
     app.include_router(v1)
     app.state.worker = service.worker

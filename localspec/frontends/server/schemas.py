@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from localspec.api import MAX_LOGPROBS
+from localspec.core.grammar import ANY_JSON_OBJECT, json_schema_grammar
 from localspec.frontends.server.errors import ApiError
 from localspec.settings import SETTINGS
 
@@ -17,15 +19,95 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = ""
+
+
+class ToolCallMessage(BaseModel):
+    """A call the assistant made, as a client sends it back in the history."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallMessage] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
             return "".join(part.text for part in self.content)
         return self.content or ""
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the chat template reads it (developer is system; calls and tool results kept)."""
+        m: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        if self.tool_calls:
+            m["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            m["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            m["name"] = self.name
+        return m
+
+
+class FunctionDef(BaseModel):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            json_schema_grammar(v)  # a GrammarError (a ValueError) names what is wrong
+        return v
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class ToolChoiceFunction(BaseModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    name: str = "response"
+    description: str | None = None
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema(self) -> ResponseFormat:
+        if self.type == "json_schema":
+            if self.json_schema is None:
+                raise ValueError("a json_schema response format needs its json_schema")
+            json_schema_grammar(self.json_schema.schema_ or ANY_JSON_OBJECT)
+        return self
+
+    def openai(self) -> dict[str, Any]:
+        """As LocalSpec.generate takes it."""
+        return self.model_dump(by_alias=True, exclude_none=True)
 
 
 class Prediction(BaseModel):
@@ -55,14 +137,12 @@ class RequestBase(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None
-    logprobs: bool | int | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=MAX_LOGPROBS)] = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
-    tools: list[Any] | None = None
     functions: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("temperature", "top_p", "top_k", "min_p", "seed")
     @classmethod
@@ -83,14 +163,10 @@ class RequestBase(BaseModel):
         """Fields that would change the answer in ways localspec does not implement: a 400 naming each."""
         unsupported = {
             "n": self.n not in (None, 1),
-            "logprobs": bool(self.logprobs),
-            "top_logprobs": bool(self.top_logprobs),
             "frequency_penalty": bool(self.frequency_penalty),
             "presence_penalty": bool(self.presence_penalty),
             "logit_bias": bool(self.logit_bias),
-            "tools": bool(self.tools),
             "functions": bool(self.functions),
-            "response_format": bool(self.response_format) and (self.response_format or {}).get("type") != "text",
         }
         for field, present in unsupported.items():
             if present:
@@ -109,11 +185,52 @@ class ChatRequest(RequestBase):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
     prediction: Prediction | None = None
+    logprobs: bool | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
+
+    def check(self) -> None:
+        """What no single field shows: a named tool that is not among the tools."""
+        self.refuse_unsupported()
+        if isinstance(self.tool_choice, ToolChoiceFunction):
+            names = [t.function.name for t in self.tools or []]
+            if self.tool_choice.function.name not in names:
+                raise ApiError(
+                    400,
+                    f"tool_choice names the function '{self.tool_choice.function.name}', which is not among the "
+                    f"tools ({', '.join(names) or 'none given'})",
+                    param="tool_choice",
+                )
+
+    def options(self) -> dict[str, Any]:
+        """LocalSpec.generate's arguments for what this request asks beyond sampling."""
+        choice = self.tool_choice or "auto"
+        return {
+            "response_format": self.response_format.openai() if self.response_format else None,
+            "tools": [t.model_dump(exclude_none=True) for t in self.tools] if self.tools and choice != "none" else None,
+            "tool_choice": choice if isinstance(choice, str) else choice.model_dump(),
+            "logprobs": (self.top_logprobs or 0) if self.logprobs else None,
+        }
 
 
 class CompletionRequest(RequestBase):
     prompt: str | list[str]
     prediction: Prediction | None = None  # an extension: the same draft source for raw completions
+    suffix: str | None = None  # fill-in-the-middle
+    logprobs: Annotated[int | None, Field(ge=0, le=MAX_LOGPROBS)] = None  # alternatives per token
+    echo: bool = False
+
+    def check(self) -> None:
+        self.refuse_unsupported()
+        if self.echo:
+            raise ApiError(400, "localspec does not support 'echo'", param="echo", code="unsupported_parameter")
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "response_format": self.response_format.openai() if self.response_format else None,
+            "logprobs": self.logprobs,
+            "suffix": self.suffix or None,
+        }
 
     @field_validator("prompt")
     @classmethod

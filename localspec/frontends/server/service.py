@@ -15,10 +15,19 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from localspec.api import Generation, LocalSpec
 from localspec.core.stats import Piece, prediction_usage
-from localspec.errors import LocalspecError
+from localspec.core.tool_calls import ToolCallStream
+from localspec.errors import LocalspecError, Unsupported
 from localspec.frontends.server.errors import ApiError
-from localspec.frontends.server.responses import Served, Shape, finish, sse, usage
-from localspec.frontends.server.schemas import Prediction, RequestBase
+from localspec.frontends.server.responses import (
+    Served,
+    Shape,
+    call_deltas,
+    chat_logprobs,
+    completion_logprobs,
+    sse,
+    usage,
+)
+from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
 from localspec.frontends.server.worker import ClientGone, Worker, watch_disconnect
 from localspec.llama.model import ContextFull
 
@@ -35,7 +44,7 @@ class Service:
         self.worker = Worker(max_queue)
 
     def _begin(
-        self, prompt: Any, req: RequestBase, max_tokens: int | None, prediction: Prediction | None, raw: bool
+        self, prompt: Any, req: ChatRequest | CompletionRequest, max_tokens: int | None
     ) -> Callable[[], Generation]:
         """What the worker runs first: the generation set up (tokenized, checked), not yet decoding."""
         spec, defaults = self.spec, self.spec.config.sampler
@@ -44,7 +53,7 @@ class Service:
             try:
                 return spec.generate(
                     prompt,
-                    raw=raw,
+                    raw=isinstance(req, CompletionRequest),
                     max_tokens=max_tokens or spec.engine.target.n_ctx,
                     stop=req.stops(),
                     temperature=defaults.temperature if req.temperature is None else req.temperature,
@@ -52,24 +61,20 @@ class Service:
                     top_p=defaults.top_p if req.top_p is None else req.top_p,
                     min_p=defaults.min_p if req.min_p is None else req.min_p,
                     seed=req.seed,
-                    prediction=prediction.text() if prediction else None,
+                    prediction=req.prediction.text() if req.prediction else None,
+                    **req.options(),
                 )
             except ContextFull as e:
                 raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
-            except LocalspecError as e:  # an empty prompt
-                raise ApiError(400, str(e), param="prompt") from None
+            except LocalspecError as e:  # an empty prompt, tools or a suffix the model cannot take
+                raise ApiError(400, str(e), param=e.param if isinstance(e, Unsupported) else "prompt") from None
+            except ValueError as e:  # a setting LocalSpec.generate refuses: "name: why"
+                raise ApiError(400, str(e), param=str(e).split(":")[0]) from None
 
         return begin
 
     async def serve(
-        self,
-        request: Request,
-        req: RequestBase,
-        shape: Shape,
-        prompt: Any,
-        max_tokens: int | None,
-        prediction: Prediction | None,
-        raw: bool,
+        self, request: Request, req: ChatRequest | CompletionRequest, shape: Shape, prompt: Any, max_tokens: int | None
     ) -> Any:
         """Answer one request: a whole JSON response, or a stream of server-sent events."""
         t0 = time.perf_counter()
@@ -80,11 +85,11 @@ class Service:
                 param="model",
                 code="model_not_found",
             )
-        req.refuse_unsupported()
-        max_tokens = await self._fit(prompt, max_tokens, prediction, raw)
+        req.check()
+        max_tokens = await self._fit(prompt, max_tokens, req)
         left = asyncio.Event()
         watcher = asyncio.create_task(watch_disconnect(request.receive, left))
-        stream = self.worker.stream(self._begin(prompt, req, max_tokens, prediction, raw), left)
+        stream = self.worker.stream(self._begin(prompt, req, max_tokens), left)
         try:
             run = await stream.__anext__()  # waits its turn; errors before decoding are plain 4xx responses
         except ClientGone:
@@ -99,7 +104,19 @@ class Service:
 
         def done() -> Served:
             predicted = None if run.prediction is None else prediction_usage(run.prediction, run.tokens)
-            served = Served(run.text, run.stats, run.seed, predicted, (first or [time.perf_counter()])[0] - t0)
+            logprobs = None
+            if run.logprobs is not None:
+                logprobs = (chat_logprobs if shape.chat else completion_logprobs)(run.logprobs, self.spec.piece)
+            served = Served(
+                run.content,
+                run.stats,
+                run.seed,
+                predicted,
+                (first or [time.perf_counter()])[0] - t0,
+                run.finish_reason,
+                run.tool_calls,
+                logprobs,
+            )
             st = served.stats
             self.say(
                 f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
@@ -124,21 +141,23 @@ class Service:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
-    async def _fit(self, prompt: Any, max_tokens: int | None, prediction: Prediction | None, raw: bool) -> int:
+    async def _fit(self, prompt: Any, max_tokens: int | None, req: ChatRequest | CompletionRequest) -> int:
         """Refuse, before queueing, what cannot fit the context: the prompt, the prediction, max_tokens
         (OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
-        spec, n_ctx = self.spec, self.spec.engine.target.n_ctx
+        spec, n_ctx, prediction = self.spec, self.spec.engine.target.n_ctx, req.prediction
+        options, raw = req.options(), isinstance(req, CompletionRequest)
+        where = "prompt" if raw else "messages"
 
         def count() -> tuple[int, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
             predicted = len(spec.engine.target.tokenize(prediction.text())) if prediction else 0
-            return len(spec.tokens(prompt, raw=raw)), predicted
+            tokens = spec.tokens(prompt, raw=raw, suffix=options.get("suffix"), tools=options.get("tools"))
+            return len(tokens), predicted
 
         try:
             n_prompt, n_predicted = await anyio.to_thread.run_sync(count)
-        except LocalspecError as e:  # the chat template refused the messages
-            raise ApiError(400, str(e), param="messages") from None
+        except LocalspecError as e:  # the chat template refused the messages; the model cannot use tools or a suffix
+            raise ApiError(400, str(e), param=e.param if isinstance(e, Unsupported) else where) from None
         room = n_ctx - n_prompt
-        where = "messages" if not raw else "prompt"
         if not n_prompt:
             raise ApiError(400, "the prompt is empty", param=where)
         if room <= 0:
@@ -185,14 +204,37 @@ class Service:
     ) -> AsyncIterator[bytes]:
         served: Served | None = None
         failed = False
+        calls = ToolCallStream(run.tool_names) if run.tool_names else None
+        sent = 0  # tokens whose log-probabilities went out
+        offset = 0  # characters of text that went out (text completions' text_offset)
+
+        def logprobs() -> dict[str, Any] | None:
+            nonlocal sent, offset
+            if run.logprobs is None:
+                return None
+            new, sent = run.logprobs[sent:], len(run.logprobs)
+            if shape.chat:
+                return chat_logprobs(new, self.spec.piece)
+            out = completion_logprobs(new, self.spec.piece, offset)
+            offset += sum(len(t) for t in out["tokens"])
+            return out
+
         try:
             if shape.chat:
                 yield sse(shape.chunk(rid, now, None, None, role=True))
             async for piece in stream:
                 assert isinstance(piece, Piece)
                 first.append(time.perf_counter())
-                yield sse(shape.chunk(rid, now, piece.text, None))
-            yield sse(shape.chunk(rid, now, None, finish(run.stats)))
+                text = calls.feed(piece.text) if calls else piece.text
+                if text or run.logprobs:
+                    yield sse(shape.chunk(rid, now, text, None, logprobs=logprobs()))
+            if calls:
+                rest, made = calls.finish()
+                if rest:
+                    yield sse(shape.chunk(rid, now, rest, None))
+                for delta in call_deltas(made):
+                    yield sse(shape.chunk(rid, now, None, None, tool_calls=delta))
+            yield sse(shape.chunk(rid, now, None, run.finish_reason))
             served = done()
             if include_usage:
                 chunk = {"id": rid, "object": shape.chunk_object, "created": now, "model": shape.model}

@@ -1,0 +1,106 @@
+"""Constrained decoding: a grammar masks the target's logits at every position (llguidance).
+
+A grammar is compiled from a JSON Schema, a Lark or GBNF grammar, or a regex into llguidance's own
+form (`compile_grammar`); a `Constraint` follows one generation through it. The mask is applied to the
+raw logits before the sampler chain, so the output is exactly the target's distribution restricted to
+the grammar, with or without drafting; where the grammar allows one continuation only, `forced()`
+names its tokens before the model runs.
+
+JSON is compact, as `json.dumps` writes it (", " and ": ", no newlines): a fixed layout leaves every
+key name, quote and separator forced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+from llguidance import LLMatcher, LLTokenizer
+from llguidance.gbnf_to_lark import any_to_lark
+
+GrammarKind = Literal["json_schema", "lark", "gbnf", "regex"]
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+class GrammarError(ValueError):
+    """A grammar or schema that cannot be compiled (the message says why)."""
+
+
+def json_schema_grammar(schema: dict[str, Any] | str) -> str:
+    """llguidance's grammar for JSON that validates against `schema`, laid out compactly."""
+    try:
+        grammar = LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise GrammarError(f"not a JSON schema: {e}") from None
+    return check_grammar(grammar)
+
+
+def compile_grammar(kind: GrammarKind, text: str) -> str:
+    """llguidance's grammar from a JSON Schema (text), a Lark or GBNF grammar, or a regex."""
+    if kind == "json_schema":
+        try:
+            return json_schema_grammar(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise GrammarError(f"the schema is not JSON: {e}") from None
+    if kind == "gbnf":
+        try:
+            text, kind = any_to_lark(text), "lark"
+        except Exception as e:  # the converter raises whatever its parser met
+            raise GrammarError(f"not a GBNF grammar: {e}") from None
+    grammar = LLMatcher.grammar_from_lark(text) if kind == "lark" else LLMatcher.grammar_from_regex(text)
+    return check_grammar(grammar)
+
+
+def check_grammar(grammar: str, tokenizer: LLTokenizer | None = None) -> str:
+    """The grammar, if llguidance accepts it; GrammarError with its reason if not."""
+    error = LLMatcher.validate_grammar(grammar, tokenizer)
+    if error:
+        raise GrammarError(error)
+    return grammar
+
+
+class Constraint:
+    """One generation's position in a grammar: the mask of allowed tokens, the tokens it forces."""
+
+    def __init__(self, tokenizer: LLTokenizer, grammar: str, n_vocab: int) -> None:
+        self.matcher = LLMatcher(tokenizer, grammar, log_level=0)
+        if self.matcher.is_error():
+            raise GrammarError(self.matcher.get_error())
+        self.n_vocab = n_vocab
+        self._bits = np.zeros((n_vocab + 31) // 32, np.int32)
+
+    def allowed(self) -> np.ndarray:
+        """A boolean mask over the vocabulary: the tokens the grammar allows next."""
+        self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.n_vocab].astype(bool)
+
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """The logits with every token the grammar forbids at -inf."""
+        allowed = self.allowed()
+        if not allowed.any():
+            raise GrammarError(f"the grammar allows no token here ({self.matcher.get_error() or 'a dead end'})")
+        return np.where(allowed, logits, -np.inf).astype(np.float32)
+
+    def advance(self, token: int) -> None:
+        """The output goes on with `token` (one the mask allowed)."""
+        if not self.matcher.consume_token(token):
+            raise GrammarError(f"token {token} breaks the grammar: {self.matcher.get_error()}")
+
+    def forced(self) -> list[int]:
+        """The tokens the grammar allows as the only continuation from here (often none)."""
+        return list(self.matcher.compute_ff_tokens())
+
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the start, the grammar allows (nothing is consumed)."""
+        n = self.matcher.try_consume_tokens(list(tokens))
+        if n:
+            self.matcher.rollback(n)
+        return n
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete and allows nothing more than the end."""
+        return self.matcher.is_stopped()

@@ -1,0 +1,32 @@
+"""Drafting what a grammar forces: where it allows one continuation only (a key name, a quote, the rest
+of an enum value), that continuation is known before the model runs (SGLang's jump-forward decoding).
+
+The target still verifies it: a forced run is proposed in llguidance's canonical tokens, and the
+target may spell the same text with other tokens, so the round keeps whatever the target emits.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from localspec.core.grammar import Constraint
+from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.drafting.base import Drafter
+
+HOLDS = 0.99  # a forced token is the target's own but for another spelling of the same text
+
+
+class ForcedDrafter(Drafter):
+    """Proposes the tokens the generation's grammar forces from here."""
+
+    name = "forced"
+    max_k: ClassVar[int] = 64
+
+    def __init__(self, constraint: Constraint) -> None:
+        self.constraint = constraint
+
+    def survival(self, ctx: list[int], k_max: int) -> list[float]:
+        return [HOLDS**j for j in range(1, len(self.constraint.forced()[:k_max]) + 1)]
+
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
+        return self.constraint.forced()[:k]
