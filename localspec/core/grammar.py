@@ -100,7 +100,14 @@ class Constraint:
             self.matcher.rollback(n)
         return n
 
-    @property
-    def done(self) -> bool:
-        """The grammar is complete and allows nothing more than the end."""
-        return self.matcher.is_stopped()
+    def decided(self, tokens: Sequence[int]) -> list[bool]:
+        """For each of `tokens` (a valid prefix), whether the grammar allows it alone at its position: there
+        the target's choice is known without its logits (nothing is consumed)."""
+        out = []
+        for tok in tokens:
+            allowed = self.allowed()
+            out.append(bool(allowed[tok]) and int(np.count_nonzero(allowed)) == 1)
+            self.advance(tok)
+        if tokens:
+            self.matcher.rollback(len(tokens))
+        return out

@@ -188,9 +188,12 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...]  # (token, log-probability), most likely first
 
 
-def token_logprob(logits: np.ndarray, token: int, n: int) -> TokenLogprob:
+def token_logprob(logits: np.ndarray | None, token: int, n: int) -> TokenLogprob:
     """Log-softmax of the target's logits at one position (at temperature 1, after any grammar mask):
-    the model's own distribution, as OpenAI reports it, whatever sampler settings chose the token."""
+    the model's own distribution, as OpenAI reports it, whatever sampler settings chose the token.
+    None: a position where the grammar allowed this token alone (probability 1)."""
+    if logits is None:
+        return TokenLogprob(token, 0.0, ((token, 0.0),) if n else ())
     x = logits.astype(np.float64)
     lse = float(x.max()) + math.log(float(np.exp(x - x.max()).sum()))
     top = np.argpartition(-x, n)[:n] if 0 < n < x.size else np.arange(x.size if n else 0)

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.core.grammar import Constraint
-from localspec.core.sampling import Dist, InvariantSampling, SamplerSettings, TokenLogprob, process, token_logprob
+from localspec.core.sampling import (
+    Dist,
+    InvariantSampling,
+    OneHot,
+    SamplerSettings,
+    TokenLogprob,
+    process,
+    token_logprob,
+)
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
 from localspec.decoding.planner import NONE, Plan, Planner
@@ -72,25 +80,26 @@ class Engine:
         plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
         draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.sampling) if plan.drafter else []
         grammar = self._grammar
+        decided: list[bool] = []  # draft tokens the grammar allows alone: no logits needed to choose them
         if grammar is not None and draft:  # a draft goes only as far as the grammar allows it
             draft = draft[: grammar.valid_prefix(draft)]
+            decided = grammar.decided(draft)
         pending, self._pending = self._pending, self._pending[:0]
         n_new, t0 = len(draft) + 1 - len(pending), time.perf_counter()
-        logits = self.target.sync(ctx + draft, n_new)  # one batch: all new positions, their logits only
-        if len(pending):
-            logits = np.concatenate([pending, logits])
-        if self.cost is not None and n_new:
+        logits = iter(self.target.sync(ctx + draft, n_new, decided) if n_new else pending)  # one batch
+        if self.cost is not None and n_new and not any(decided):  # fewer rows cost less: not the curve
             self.cost.observe_verify(n_new, time.perf_counter() - t0)
-        rows: list[np.ndarray] = []  # the target's logits at each emitted position, under the grammar
+        at = [None if d else next(logits) for d in decided] + [next(logits)]  # the target's logits by position
+        rows: list[np.ndarray | None] = []  # at each emitted position, under the grammar
 
         def p_at(i: int) -> Dist:  # called for i = 0, 1, ... while the draft holds
-            row = logits[i]
+            row = at[i]
             if grammar is not None:
                 if i:
                     grammar.advance(draft[i - 1])
-                row = grammar.mask(row)
+                row = None if row is None else grammar.mask(row)
             rows.append(row)
-            return process(row, self.sampler)
+            return OneHot(draft[i]) if row is None else process(row, self.sampler)
 
         tokens, n = self.sampling.verify(p_at, draft, len(ctx))
         if grammar is not None:
@@ -100,7 +109,7 @@ class Engine:
             d.rewind(len(ctx) + n)
         self.planner.observe(ctx + tokens, Plan(plan.drafter, len(draft)), n)
         top = self._top_logprobs
-        logprobs = [token_logprob(row, t, top) for row, t in zip(rows, tokens, strict=True)] if top is not None else []
+        logprobs = [token_logprob(r, t, top) for r, t in zip(rows, tokens, strict=True)] if top is not None else []
         return Round(tokens, n, plan.drafter, len(draft), logprobs)
 
     def check_prompt(self, prompt: list[int]) -> None:

@@ -54,15 +54,23 @@ STRATEGIES = [
 LOOKUP = "llama-cpp-python prompt lookup"
 
 
-def load_prompts(path: Path | None) -> list[dict[str, str]]:
-    """The built-in prompt set, or a JSONL file of {"prompt": ..., "task": optional name}."""
+def load_prompts(path: Path | None) -> list[dict[str, Any]]:
+    """The built-in prompt set, or a JSONL file of {"prompt": ..., "task": optional name, "response_format":
+    optional, OpenAI's}."""
     if path is None:
         from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
 
         return BUILTIN_PROMPTS
     try:
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        return [{"task": str(r.get("task", f"prompt-{i + 1}")), "prompt": str(r["prompt"])} for i, r in enumerate(rows)]
+        return [
+            {
+                "task": str(r.get("task", f"prompt-{i + 1}")),
+                "prompt": str(r["prompt"]),
+                "response_format": r.get("response_format"),
+            }
+            for i, r in enumerate(rows)
+        ]
     except OSError as e:
         raise LocalspecError(f"cannot read {path}: {e.strerror}") from None
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -268,7 +276,7 @@ def run_bench(
     base: RunConfig,
     twin: Model,
     cost: CostModel,
-    prompts: list[dict[str, str]],
+    prompts: list[dict[str, Any]],
     *,
     max_tokens: int,
     strategies: list[Strategy],
@@ -296,14 +304,24 @@ def run_bench(
                 spec = LocalSpec.from_config(st.config(base))
                 engine = spec.engine
                 load = time.perf_counter() - t0
-                stats = Stats()
-                run = _Timed(engine.generate(prompt, max_tokens, stats=stats))
+                gen = spec.generate(
+                    p["prompt"],
+                    max_tokens=max_tokens,
+                    temperature=sampler.temperature,
+                    top_k=sampler.top_k,
+                    top_p=sampler.top_p,
+                    min_p=sampler.min_p,
+                    seed=seed,
+                    response_format=p.get("response_format"),
+                )
+                stats = gen.stats
+                run = _Timed(iter(gen))
                 speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
                 stats.wall_seconds = run.seconds - stats.prefill_seconds  # its own steps only
                 totals[st.name].add(stats, load, speed)
                 notes += [n for n in spec.notes if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
                 spec.save_costs()
-                del spec, engine, run  # free the models before the next run loads its own
+                del spec, engine, run, gen  # free the models before the next run loads its own
                 if progress:
                     progress(f"{p['task']}: {st.name}")
         baseline = totals[strategies[0].name]
@@ -311,7 +329,7 @@ def run_bench(
             _row(st.name, p["task"], totals[st.name], baseline, c if st.k and not st.copier else 0.0, cost)
             for st in strategies
         ]
-        if lookup:
+        if lookup and not p.get("response_format"):  # llama.cpp's lookup decoding takes no grammar
             try:
                 t0 = time.perf_counter()
                 stats, steps = Stats(), _lookup_reference(twin.path, prompt, max_tokens, twin.n_threads, sampler, seed)

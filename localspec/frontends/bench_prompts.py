@@ -1,4 +1,5 @@
-"""The built-in bench prompt set: code edits of three shapes, summaries, open chats, short prompts, new code."""
+"""The built-in bench prompt set: code edits of three shapes, summaries, open chats, short prompts, new code,
+and JSON extracted under a schema."""
 
 from __future__ import annotations
 
@@ -353,50 +354,6 @@ directly; require a second reviewer for gateway configuration changes; and add a
 that tells on-call engineers to check recent deployments before investigating the database."""
 
 
-BUILTIN_PROMPTS: list[dict[str, str]] = [
-    {
-        "task": "edit-rename",
-        "prompt": "Rename the class `TokenBucket` to `RateLimiter` everywhere in this "
-        "module, in the code, the docstrings and the messages. Reply with the complete updated module only.\n\n"
-        "```python\n" + _RENAME + "```",
-    },
-    {
-        "task": "edit-types",
-        "prompt": "Add type hints to every function in this module (parameters and return "
-        "types), changing nothing else. Reply with the complete module only.\n\n```python\n" + _UNTYPED + "```",
-    },
-    {
-        "task": "edit-bugfix",
-        "prompt": "There is one bug in this file: `incr` on a key whose entry has expired "
-        "keeps the old expiry, so the new value vanishes at once. Fix it and reply with the complete corrected "
-        "file only.\n\n```python\n" + _BUGGY + "```",
-    },
-    {
-        "task": "edit-code",
-        "prompt": "Rename the class `Inventory` to `Stockroom` and the method `add_item` "
-        "to `put` everywhere in this code. Reply with the complete updated code only.\n\n```python\n" + _CODE + "```",
-    },
-    {"task": "summarize", "prompt": "Summarize this news article in three sentences, keeping the numbers:\n\n" + _DOC},
-    {
-        "task": "summarize-2",
-        "prompt": "Summarize this incident report for the engineering team as a short "
-        "paragraph followed by the list of actions:\n\n" + _INCIDENT,
-    },
-    {
-        "task": "chat",
-        "prompt": "I am planning a weekend trip to the mountains in autumn. "
-        "What should I pack, and what should I watch out for?",
-    },
-    {"task": "chat-2", "prompt": "What are the pros and cons of working from home? Give a balanced view."},
-    {"task": "short-haiku", "prompt": "Write a haiku about the sea."},
-    {"task": "short-fact", "prompt": "What is the capital of Australia?"},
-    {
-        "task": "write-code",
-        "prompt": "Write a Python function that parses a CSV file of transactions "
-        "(date, description, amount) and returns the total amount per month, with a docstring and type hints.",
-    },
-]
-
 _CUSTOMERS = """Notes from the account review, 2 December:
 
 - Maria Fernandez (account AC-20931) moved to the Premium Annual plan in March. She prefers to be reached by
@@ -443,3 +400,49 @@ STRUCTURED_PROMPT: dict[str, Any] = {
     "prompt": "Extract the five customers in these notes as JSON records, in the order they appear.\n\n" + _CUSTOMERS,
     "response_format": {"type": "json_schema", "json_schema": {"name": "customers", "schema": CUSTOMER_SCHEMA}},
 }
+
+
+BUILTIN_PROMPTS: list[dict[str, Any]] = [
+    {
+        "task": "edit-rename",
+        "prompt": "Rename the class `TokenBucket` to `RateLimiter` everywhere in this "
+        "module, in the code, the docstrings and the messages. Reply with the complete updated module only.\n\n"
+        "```python\n" + _RENAME + "```",
+    },
+    {
+        "task": "edit-types",
+        "prompt": "Add type hints to every function in this module (parameters and return "
+        "types), changing nothing else. Reply with the complete module only.\n\n```python\n" + _UNTYPED + "```",
+    },
+    {
+        "task": "edit-bugfix",
+        "prompt": "There is one bug in this file: `incr` on a key whose entry has expired "
+        "keeps the old expiry, so the new value vanishes at once. Fix it and reply with the complete corrected "
+        "file only.\n\n```python\n" + _BUGGY + "```",
+    },
+    {
+        "task": "edit-code",
+        "prompt": "Rename the class `Inventory` to `Stockroom` and the method `add_item` "
+        "to `put` everywhere in this code. Reply with the complete updated code only.\n\n```python\n" + _CODE + "```",
+    },
+    {"task": "summarize", "prompt": "Summarize this news article in three sentences, keeping the numbers:\n\n" + _DOC},
+    {
+        "task": "summarize-2",
+        "prompt": "Summarize this incident report for the engineering team as a short "
+        "paragraph followed by the list of actions:\n\n" + _INCIDENT,
+    },
+    {
+        "task": "chat",
+        "prompt": "I am planning a weekend trip to the mountains in autumn. "
+        "What should I pack, and what should I watch out for?",
+    },
+    {"task": "chat-2", "prompt": "What are the pros and cons of working from home? Give a balanced view."},
+    {"task": "short-haiku", "prompt": "Write a haiku about the sea."},
+    {"task": "short-fact", "prompt": "What is the capital of Australia?"},
+    {
+        "task": "write-code",
+        "prompt": "Write a Python function that parses a CSV file of transactions "
+        "(date, description, amount) and returns the total amount per month, with a docstring and type hints.",
+    },
+    STRUCTURED_PROMPT,
+]

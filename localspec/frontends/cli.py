@@ -153,6 +153,30 @@ def _read_text(path: Path, what: str) -> str:
         raise LocalspecError(f"cannot read the {what} {path}: {e.strerror}") from None
 
 
+def _structure(json_schema: Path | None, grammar: Path | None) -> dict[str, Any]:
+    """LocalSpec.generate's response_format or grammar from the files named, checked before any model loads."""
+    from localspec.core.grammar import GrammarError, compile_grammar, json_schema_grammar
+
+    if json_schema and grammar:
+        raise LocalspecError("give --json-schema or --grammar, not both")
+    try:
+        if json_schema:
+            try:
+                schema = json.loads(_read_text(json_schema, "JSON schema"))
+            except json.JSONDecodeError as e:
+                raise LocalspecError(f"{json_schema}: not JSON ({e})") from None
+            json_schema_grammar(schema)
+            fmt = {"type": "json_schema", "json_schema": {"name": json_schema.stem, "schema": schema}}
+            return {"response_format": fmt}
+        if grammar:
+            text = _read_text(grammar, "grammar")
+            compile_grammar("gbnf", text)
+            return {"grammar": text}
+    except GrammarError as e:
+        raise LocalspecError(f"{json_schema or grammar}: {e}") from None
+    return {}
+
+
 def _read_prompt(prompt: str | None) -> str:
     if prompt is None:
         if sys.stdin is None or sys.stdin.isatty():
@@ -190,12 +214,35 @@ def generate(
             "make the answer come sooner; the answer itself does not change.",
         ),
     ] = None,
+    json_schema: Annotated[
+        Path | None,
+        typer.Option(
+            "--json-schema",
+            help="A JSON Schema file: the answer is JSON that validates against it (its fixed parts are drafted).",
+        ),
+    ] = None,
+    grammar: Annotated[
+        Path | None,
+        typer.Option("--grammar", help="A GBNF (llama.cpp's) or Lark grammar file the answer follows."),
+    ] = None,
+    logprobs: Annotated[
+        int | None,
+        typer.Option(
+            "--logprobs", min=0, max=20, help="With --json: each token's log-probability and this many alternatives."
+        ),
+    ] = None,
+    suffix: Annotated[
+        str | None,
+        typer.Option("--suffix", help="Fill in the middle: the text that follows the answer (the prompt precedes it)."),
+    ] = None,
 ) -> None:
     """Complete one prompt, streaming text to stdout and a stats line to stderr."""
     from localspec.frontends.generate import process_started, run_generate
 
+    started = process_started()
     text = _read_prompt(prompt)
     predicted = _read_text(prediction, "prediction") if prediction else None
+    structure = _structure(json_schema, grammar)
     result, summary = run_generate(
         cfg,
         text,
@@ -204,8 +251,11 @@ def generate(
         max_tokens=max_tokens,
         stops=stop or [],
         stream=not as_json,
-        started=process_started(),
+        started=started,
         prediction=predicted,
+        logprobs=logprobs,
+        suffix=suffix,
+        **structure,
     )
     if as_json:
         print(json.dumps(result))
@@ -342,7 +392,7 @@ def bench(
         Path | None,
         typer.Option(
             "--prompts",
-            help='JSONL file of {"prompt": ..., "task": ...} (default: the built-in set: code edits, summaries, chats, short prompts, writing code).',
+            help='JSONL file of {"prompt": ..., "task": ..., optional "response_format": OpenAI\'s} (default: the built-in set: code edits, summaries, chats, short prompts, writing code, JSON under a schema).',
         ),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the raw figures to this JSON file.")] = None,

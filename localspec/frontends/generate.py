@@ -44,10 +44,12 @@ def run_generate(
     stream: bool,
     started: float,
     prediction: str | None = None,
+    **options: Any,
 ) -> tuple[dict[str, Any], str]:
     """Generate a completion of `text`, streaming to stdout when asked: (JSON record, stats line).
 
-    load_seconds, time_to_first_token and total_seconds count from `started` (the process's start).
+    `options` go to LocalSpec.generate (response_format, grammar, logprobs, suffix). load_seconds,
+    time_to_first_token and total_seconds count from `started` (the process's start).
     """
     with loading("loading models…"):
         spec = LocalSpec.from_config(cfg)
@@ -65,6 +67,7 @@ def run_generate(
         min_p=s.min_p,
         seed=cfg.seed,
         prediction=prediction,
+        **options,
     )
     first: float | None = None
     try:
@@ -94,4 +97,13 @@ def run_generate(
         "draft": str(draft.path) if draft else None,
         "notes": spec.notes,
     }
+    if run.logprobs is not None:
+        record["logprobs"] = [
+            {
+                "token": spec.piece(e.token).decode("utf-8", "replace"),
+                "logprob": e.logprob,
+                "top_logprobs": [{"token": spec.piece(t).decode("utf-8", "replace"), "logprob": lp} for t, lp in e.top],
+            }
+            for e in run.logprobs
+        ]
     return record, " · ".join([st.summary(), *spec.notes])

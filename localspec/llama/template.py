@@ -1,7 +1,8 @@
 """Prompts as tokens: the target's own chat template from its GGUF, or raw completion text.
 
 Message contents are tokenized with special=False, so text that looks like a control token
-(`<|im_end|>`) stays text; only the template's own markup becomes control tokens.
+(`<|im_end|>`) stays text; only the template's own markup becomes control tokens. A raw prompt is the
+caller's whole text and is read with its control tokens.
 """
 
 from __future__ import annotations
@@ -115,5 +116,8 @@ def fim_tokens(model: Model, prefix: str, suffix: str) -> list[int]:
 
 
 def raw_tokens(model: Model, text: str) -> list[int]:
-    """Plain completion: the text as-is, with BOS where the model wants one (as create_completion does)."""
-    return model.tokenize(text, add_bos=True, special=False)
+    """Plain completion: the text as-is, with BOS where the model wants one (as create_completion does).
+
+    The prompt is the caller's own whole text, so control-token text in it is those tokens (an editor
+    that writes its own <|fim_prefix|> … <|fim_middle|> prompt gets FIM), as llama-server reads it."""
+    return model.tokenize(text, add_bos=True, special=True)
