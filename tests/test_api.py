@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -114,3 +115,24 @@ def test_each_generation_owns_its_figures(alone: LocalSpec) -> None:
     second.result()
     assert first.stats.to_dict() == figures and second.stats is not first.stats
     assert second.stats.completion_tokens == 30 != first.stats.completion_tokens
+
+
+def test_tools_and_grammars_through_the_api(target_path: Path, draft_path: Path) -> None:
+    """A required call comes back parsed, its markup drafted by the grammar; a bad setting is a ValueError."""
+    spec = LocalSpec.load(ctx=2048)
+    tool = {
+        "type": "function",
+        "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+    }
+    run = spec.generate("Add 2 and 3 with the tool.", tools=[tool], tool_choice="required", temperature=0)
+    run.result()
+    (call,) = run.tool_calls
+    assert call.name == "add" and isinstance(json.loads(call.arguments), dict)
+    assert run.finish_reason == "tool_calls" and run.content == ""
+    assert run.stats.accepted_by.get("forced", 0) > 0
+    with pytest.raises(ValueError, match="tool_choice"):
+        spec.generate("hi", tools=[tool], tool_choice={"type": "function", "function": {"name": "sub"}})
+    with pytest.raises(ValueError, match="response_format"):
+        spec.generate("hi", response_format={"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}})
+    with pytest.raises(ValueError, match="logprobs"):
+        spec.generate("hi", logprobs=21)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import assert_same_tokens, run_cli
+from conftest import assert_same_tokens, one_line_error, run_cli
 
 from localspec.core.sampling import SamplerSettings
 from localspec.frontends.bench import LOOKUP
@@ -162,6 +162,7 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(
         '{"task": "rename", "prompt": "Rename a to b: def f(a):\\n    return a * 2"}\n{"prompt": "Say hello."}\n'
+        '{"task": "json", "prompt": "A greeting as JSON.", "response_format": {"type": "json_object"}}\n'
     )
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     proc = run_cli(
@@ -171,8 +172,9 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     data = json.loads(out_json.read_text())
     strategies = {r["strategy"] for r in data["rows"]}
     assert {"target-only", "draft_model k=2", "draft_model k=4", "draft_model k=8", "copier k=32", "auto"} <= strategies
-    assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2"}
-    assert sum(r["strategy"] != LOOKUP for r in data["rows"]) == 2 * 6  # one row each
+    assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2", "json"}
+    assert sum(r["strategy"] != LOOKUP for r in data["rows"]) == 3 * 6  # one row each
+    assert not any(r["strategy"] == LOOKUP and r["task"] == "json" for r in data["rows"])  # it takes no grammar
     auto = next(r for r in data["rows"] if r["strategy"] == "auto" and r["task"] == "rename")
     assert 13 <= auto["completion_tokens"] <= 24  # two interleaved rounds of at most 12 tokens, summed
     assert all(r["tokens_per_second"] > 0 for r in data["rows"] if r["strategy"] != LOOKUP)
@@ -183,3 +185,35 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     assert copies["acceptance_rate"] is not None  # the copier drafted on the rename
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "target-only" in proc.stdout and "auto" in proc.stdout
+
+
+def test_json_schema_grammar_and_logprobs_from_the_command_line(target_path, draft_path, tmp_path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"language": {"enum": ["python", "rust", "go"]}, "typed": {"type": "boolean"}},
+        "required": ["language", "typed"],
+        "additionalProperties": False,
+    }
+    path = tmp_path / "lang.json"
+    path.write_text(json.dumps(schema))
+    r = _json("--json-schema", str(path), "--logprobs", "2", "--temperature", "0", "-n", "40", "Describe Python.")
+    answer = json.loads(r["text"])
+    assert set(answer) == {"language", "typed"} and answer["language"] in ("python", "rust", "go")
+    assert r["finish_reason"] == "stop" and r["drafted_by"].get("forced", 0) > 0
+    assert len(r["logprobs"]) == r["completion_tokens"]
+    assert all(e["logprob"] <= 1e-9 and len(e["top_logprobs"]) <= 2 for e in r["logprobs"])
+    gbnf = tmp_path / "yesno.gbnf"
+    gbnf.write_text('root ::= "yes" | "no"\n')
+    r = _json("--grammar", str(gbnf), "--temperature", "0", "Is the sky green? Answer yes or no.")
+    assert r["text"] in ("yes", "no")
+
+
+def test_a_bad_schema_or_grammar_is_one_line_before_any_model_loads(tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "objectx"}')
+    one_line_error(run_cli("generate", "--json-schema", str(bad), "hi"), "bad.json", "objectx")
+    bad.write_text("{not json")
+    one_line_error(run_cli("generate", "--json-schema", str(bad), "hi"), "not JSON")
+    gbnf = tmp_path / "bad.gbnf"
+    gbnf.write_text('root ::= "a" (\n')
+    one_line_error(run_cli("generate", "--grammar", str(gbnf), "hi"), "bad.gbnf")

@@ -80,10 +80,10 @@ class Engine:
         plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
         draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.sampling) if plan.drafter else []
         grammar = self._grammar
-        decided: list[bool] = []  # draft tokens the grammar allows alone: no logits needed to choose them
         if grammar is not None and draft:  # a draft goes only as far as the grammar allows it
             draft = draft[: grammar.valid_prefix(draft)]
-            decided = grammar.decided(draft)
+        # the draft tokens the grammar allows alone: no logits are needed to choose them
+        decided = grammar.decided(draft) if grammar is not None else [False] * len(draft)
         pending, self._pending = self._pending, self._pending[:0]
         n_new, t0 = len(draft) + 1 - len(pending), time.perf_counter()
         logits = iter(self.target.sync(ctx + draft, n_new, decided) if n_new else pending)  # one batch
