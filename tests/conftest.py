@@ -113,7 +113,10 @@ def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
         assert needle in proc.stderr, proc.stderr
 
 
-NEAR_TIE = 0.3  # logits: batched and one-token Q4_K decoding differ by ~0.1 (0.114 measured on a merge_sort prompt)
+# Logits: batched and one-token decoding move the top-two gap by 0.07 at the median, 0.39 at p99, 0.79 at
+# p99.9 and 1.02 at most over 2,124 positions (scripts/batch_noise.py, a 2-core AMD EPYC); 0.3 failed CI's soak
+# test at a gap of 0.44 where two answers came from differently batched rounds.
+NEAR_TIE = 1.0
 
 
 def assert_same_tokens(

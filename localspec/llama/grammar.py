@@ -26,7 +26,7 @@ def _pieces(model: Model) -> tuple[list[bytes], list[int]]:
     for tok in range(model.n_vocab):
         n = llama_cpp.llama_token_to_piece(vocab, tok, buf, len(buf), 0, True)
         piece = buf.raw[: max(n, 0)]
-        attr = llama_cpp.llama_token_get_attr(vocab, tok)
+        attr = llama_cpp.llama_vocab_get_attr(vocab, tok)
         user_markup = attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and piece.startswith(b"<") and piece.endswith(b">")
         if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL or user_markup:
             piece = _SPECIAL + piece
