@@ -4,7 +4,8 @@
 
 Each way is a separate argument string of extra flags ("" is the default). The ways alternate (A B, B A,
 A B, ...), so a machine whose speed drifts slows both alike; the verdict is the median of the per-pair ratios.
-Peak RSS is each child process's own (wait4).
+Peak RSS is each child process's own (wait4). `--fresh` gives every run an empty cache directory: each is the
+first run on a new machine (no measured costs).
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
-def run(flags: str, prompt: str, max_tokens: int, seed: int) -> dict[str, float]:
+def run(flags: str, prompt: str, max_tokens: int, seed: int, fresh: bool = False) -> dict[str, float]:
     cmd = [sys.executable, "-m", "localspec", "generate", "--json", "-n", str(max_tokens), "--seed", str(seed)]
+    env = dict(os.environ, LOCALSPEC_CACHE_DIR=tempfile.mkdtemp(prefix="localspec-fresh-")) if fresh else None
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*cmd, *shlex.split(flags), prompt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*cmd, *shlex.split(flags), prompt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
     out = proc.stdout.read() if proc.stdout else b""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
@@ -44,6 +49,7 @@ def main() -> None:
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fresh", action="store_true", help="every run without measured costs (a first run)")
     parser.add_argument("ways", nargs=2, help="extra flags of way A and way B ('' for the default)")
     args = parser.parse_args()
     a, b = args.ways
@@ -51,7 +57,7 @@ def main() -> None:
     rows = []
     for i in range(args.pairs):
         order = (a, b) if i % 2 == 0 else (b, a)
-        got = {flags: run(flags, args.prompt, args.max_tokens, args.seed) for flags in order}
+        got = {flags: run(flags, args.prompt, args.max_tokens, args.seed, args.fresh) for flags in order}
         for key in ratios:
             ratios[key].append(got[b][key] / got[a][key])  # > 1: way A is faster
         rows.append(got)

@@ -105,3 +105,20 @@ def test_the_recorded_busy_period_keeps_the_decisions_right() -> None:
         {n: 1.0 for n in calibrated}, abs=0.15
     )
     assert kept["draft_prefill"] >= 0.85 * trace["calibrated"]["draft_prefill"]
+
+
+def test_a_first_run_learns_its_curve_from_its_own_decodes() -> None:
+    """No curve yet: nothing is drafted before the first decode is timed; a size no round has used is priced
+    at half a decode per token more than the largest one measured, until a round measures it."""
+    from localspec.decoding.planner import NONE, Planner
+    from localspec.drafting.copier import Copier, LineJoin
+
+    cost = CostModel({})
+    assert not cost.measured
+    copier = Copier(LineJoin(lambda t: str(t).encode(), lambda s: [int(s)]))
+    assert Planner([copier], k=None, cost=cost).plan([1, 2, 3, 1, 2, 3, 1, 2], 16) == NONE
+    cost.observe_verify(1, 0.040)
+    assert cost.measured and cost.curve() == {1: 0.040}
+    assert cost.verify_cost(5) == pytest.approx(0.040 + 4 * 0.020)
+    cost.observe_verify(4, 0.130)  # a new size: halfway from the guess (0.100) to what was measured
+    assert cost.verify_cost(4) == pytest.approx(0.115, rel=0.05)

@@ -12,7 +12,7 @@ from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
 from localspec.decoding.conversation import Conversation
 from localspec.decoding.loader import RunConfig, default_threads, draft_model_of, load_engine
-from localspec.drafting.calibration import model_key
+from localspec.drafting.calibration import model_key, save_costs
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter, model_can_win
 
@@ -22,18 +22,20 @@ GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0
 
 
 def _write_costs(
-    cache: Path, target: Path, draft: Path, curve: dict[int, float], draft_token: float, ctx: int = 4096
+    cache: Path, target: Path, draft: Path | None, curve: dict[int, float], draft_token: float, ctx: int = 4096
 ) -> None:
-    """A costs.json as calibration would write it for this pair under the default settings (with its verdict)."""
+    """A costs.json as calibration would write it for this pair under the default settings (with its verdict);
+    without a draft, as a run that never measured one writes it."""
     settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": ctx}
-    dkey = model_key(draft, **settings)
-    wins = model_can_win(CostModel(dict(curve), draft=draft_token, draft_prefill=draft_token / 8))
-    entry = {
-        "verify": {str(n): s for n, s in curve.items()},
-        "draft": {dkey: draft_token},
-        "draft_prefill": {dkey: draft_token / 8},
-        "calibrated_wins": {dkey: wins},
-    }
+    entry: dict = {"verify": {str(n): s for n, s in curve.items()}}
+    if draft is not None:
+        dkey = model_key(draft, **settings)
+        wins = model_can_win(CostModel(dict(curve), draft=draft_token, draft_prefill=draft_token / 8))
+        entry |= {
+            "draft": {dkey: draft_token},
+            "draft_prefill": {dkey: draft_token / 8},
+            "calibrated_wins": {dkey: wins},
+        }
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "costs.json").write_text(json.dumps({model_key(target, **settings): entry}))
 
@@ -54,6 +56,29 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
     stats = Stats()
     text = "".join(p.text for p in engine.generate(prompt, 16, stats=stats))
     assert text and stats.draft_seconds == 0.0
+
+
+@pytest.mark.slow
+def test_a_first_run_answers_at_once_and_learns(
+    target_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new machine (no costs kept): nothing is measured and no draft model loaded before the answer; the
+    answer's own decodes are the curve the next run starts from; there the draft model, ruled out by its size
+    against this CPU's curve, is not loaded either (nothing is loaded to be measured)."""
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
+    engine = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+    assert engine.target.n_decoded == 0 and draft_model_of(engine) is None
+    assert any("first run" in note for note in engine.notes)
+    prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
+    assert "".join(p.text for p in engine.generate(prompt, 12))
+    assert engine.cost is not None and 1 in engine.cost.curve()
+    save_costs(engine.target, None, engine.cost)
+    learned = json.loads((tmp_path / "costs.json").read_text())
+    assert [list(entry["verify"]) for entry in learned.values()] == [[str(n) for n in engine.cost.curve()]]
+    del engine
+    _write_costs(tmp_path, target_path, None, CPU_CURVE, draft_token=0.0)
+    again = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+    assert draft_model_of(again) is None and any("by its size" in note for note in again.notes), again.notes
 
 
 @pytest.mark.slow

@@ -91,23 +91,30 @@ def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
 def load_engine(cfg: RunConfig) -> Engine:
     """Models, measured costs (for automatic k) and a seeded engine for cfg.
 
-    Under automatic k the draft model is loaded only where its measured costs say it can beat the
-    target alone here (the first run on a machine loads it once to measure it); engine.notes says
-    when it was left out.
+    Under automatic k the draft model is loaded only where its costs say it can beat the target alone
+    here (calibration.decide_draft: a first run here answers without it); engine.notes says when it
+    was left out.
     """
     target_path, draft_path = cfg.paths()
-    check_pair(target_path, draft_path)
+    if cfg.draft != "auto":  # a draft the user named is checked at once; the default one before it is loaded
+        check_pair(target_path, draft_path)
     target = _load(cfg, target_path, cfg.gpu_layers)
     auto = cfg.k is None and not cfg.target_alone
     cost = target_costs(target) if auto else None
     notes: list[str] = []
     draft = None
-    if draft_path is not None and cost is not None:
-        layers = gpu_layers(cfg.draft_gpu_layers)
-        key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
-        cost, draft, notes = decide_draft(target, key, lambda: _load(cfg, draft_path, cfg.draft_gpu_layers), cost)
-    elif draft_path is not None:
-        draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
+    if draft_path is not None:
+
+        def load_draft() -> Model:
+            check_pair(target_path, draft_path)
+            return _load(cfg, draft_path, cfg.draft_gpu_layers)
+
+        if cost is None:
+            draft = load_draft()
+        else:
+            layers = gpu_layers(cfg.draft_gpu_layers)
+            key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
+            cost, draft, notes = decide_draft(target, draft_path, key, load_draft, cost)
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target, draft, copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER), cost=cost
     )

@@ -49,6 +49,8 @@ class Planner:
             return NONE
         cost = self.cost
         assert cost is not None
+        if not cost.measured:  # nothing to price a draft against before the first decode
+            return NONE
         best, rate = NONE, MARGIN / cost.verify_cost(1)
         for d in self.drafters:
             survival = d.survival(ctx, min(room, d.max_k))

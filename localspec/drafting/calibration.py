@@ -21,6 +21,7 @@ from localspec.paths import cache_dir
 CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
 _FILLER = 220  # a common token; the cost of a decode does not depend on which tokens it holds
 _PREFILL = 64  # tokens of the draft's measured catch-up batch
+SIZE_MARGIN = 0.75  # a draft token costs at least this share of its file size against the target's, in target decodes
 
 
 def model_key(path: Path, *, threads: int | None, gpu_layers: int, ctx: int) -> str:
@@ -93,12 +94,10 @@ def cached_costs(target_key: str, draft_key: str | None = None) -> CostModel | N
 
 
 def target_costs(target: Model) -> CostModel:
-    """The target's verify curve here: from the cache, else measured now (a few seconds on a CPU)."""
-    if (cost := cached_costs(_key(target))) is not None:
-        return cost
-    cost = _measure_target(target)
-    save_costs(target, None, cost)
-    return cost
+    """The target's verify curve here: from the cache, else empty, to be learned from this run's own rounds
+    (its first decode prices the next; a batch size is priced by a guess until a round has used it), so a first
+    run spends no time measuring before it answers."""
+    return cached_costs(_key(target)) or CostModel({})
 
 
 def cached_draft_costs(target: Model, draft_key: str, cost: CostModel) -> bool:
@@ -112,8 +111,11 @@ def cached_draft_costs(target: Model, draft_key: str, cost: CostModel) -> bool:
 
 
 def load_costs(target: Model, draft: Model | None) -> CostModel:
-    """The cost model of this pair here, measuring what the cache does not hold yet."""
-    cost = target_costs(target)
+    """The cost model of this pair here, measuring what the cache does not hold yet (for the bench)."""
+    cost = cached_costs(_key(target))
+    if cost is None:
+        cost = _measure_target(target)
+        save_costs(target, None, cost)
     if draft is not None and not cached_draft_costs(target, _key(draft), cost):
         measure_draft(draft, cost)
         save_costs(target, draft, cost, calibrated=True)
@@ -129,19 +131,37 @@ def calibrate(target: Model, draft: Model | None) -> CostModel:
     return cost
 
 
+def size_bound(target: Model, draft_path: Path) -> float:
+    """A draft token's least cost in target decodes, by file size: a decode reads every weight once, and a
+    smaller model uses the machine about as well per byte (0.40 measured against 0.44 by size on a 2-core
+    EPYC: hence the margin)."""
+    return SIZE_MARGIN * draft_path.stat().st_size / target.path.stat().st_size
+
+
+def _by_size(target: Model, draft_path: Path, cost: CostModel) -> CostModel:
+    return CostModel(cost.curve(), draft=size_bound(target, draft_path) * cost.verify_cost(1))
+
+
 def decide_draft(
-    target: Model, draft_key: str, load_draft: Callable[[], Model], cost: CostModel
+    target: Model, draft_path: Path, draft_key: str, load_draft: Callable[[], Model], cost: CostModel
 ) -> tuple[CostModel, Model | None, list[str]]:
     """The one decision whether to use a draft model: (costs, the loaded draft or None, notes for the user).
 
-    It is loaded only where its costs say it can beat the target alone here even at PROBE_ALPHA acceptance;
-    the first time it is loaded once to be measured. Where what was learned since disagrees with the verdict
-    of the last fresh measurement (a busy hour once made a CPU's draft model look like a winner), or says it
-    wins where no verdict was kept, both are measured afresh before the learned costs are trusted, and the
-    notes say so.
+    It is loaded only where its costs say it can beat the target alone here even at PROBE_ALPHA acceptance.
+    A first run (no target costs yet) answers without it and learns the target's costs; later, a draft that
+    cannot win even at the cost its size bounds it by is never loaded, and one that might is loaded once to
+    be measured. Where what was learned since disagrees with the verdict of the last fresh measurement (a
+    busy hour once made a CPU's draft model look like a winner), or says it wins where no verdict was kept,
+    both are measured afresh before the learned costs are trusted, and the notes say so.
     """
+    name = draft_path.name
+    if not cost.measured:
+        return cost, None, [f"draft model {name} not loaded: this first run here learns the target's costs first"]
     draft, notes = None, []
     if not cached_draft_costs(target, draft_key, cost):
+        if not model_can_win(_by_size(target, draft_path, cost)):
+            bound = size_bound(target, draft_path)
+            return cost, None, [_loses(name, f"by its size a draft token costs at least {bound:.2f} target decodes")]
         draft = load_draft()
         measure_draft(draft, cost)
         save_costs(target, draft, cost, calibrated=True)
@@ -155,12 +175,12 @@ def decide_draft(
         )
     if model_can_win(cost):
         return cost, draft or load_draft(), notes
-    notes.append(
-        f"draft model {Path(draft_key.split('|')[0]).name} not loaded: here it cannot beat the target alone even at "
-        f"{PROBE_ALPHA:.0%} acceptance (a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} "
-        f"target decodes)"
-    )
+    notes.append(_loses(name, f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"))
     return cost, None, notes
+
+
+def _loses(name: str, why: str) -> str:
+    return f"draft model {name} not loaded: here it cannot beat the target alone even at {PROBE_ALPHA:.0%} acceptance ({why})"
 
 
 def save_costs(target: Model, draft: Model | None, cost: CostModel, *, calibrated: bool = False) -> None:
@@ -168,6 +188,8 @@ def save_costs(target: Model, draft: Model | None, cost: CostModel, *, calibrate
 
     `calibrated`: these costs were just measured afresh; their verdict on the draft model is kept too."""
     store = _store()
+    if not cost.measured:
+        return
     entry = store.setdefault(_key(target), {})
     entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
     if draft is not None:

@@ -65,6 +65,11 @@ class CostModel:
         """The quiet cost at every measured size (what is kept for the next run)."""
         return {n: self.verify[n] for n in self._ns}
 
+    @property
+    def measured(self) -> bool:
+        """Whether any decode has been measured yet (a first run learns its curve from its own rounds)."""
+        return bool(self.verify)
+
     def _shape(self, n: int) -> float:
         ns, v = self._ns, self.verify
         if n in v:
@@ -72,9 +77,10 @@ class CostModel:
         i = bisect.bisect_left(ns, n)
         if i == 0:
             return v[ns[0]] * n / ns[0]
-        if i == len(ns):  # beyond the largest measured batch: grow at the last per-token slope
-            a, b = ns[-2], ns[-1]
-            return v[b] + (n - b) * max((v[b] - v[a]) / (b - a), v[b] / b * 0.5)
+        if i == len(ns):  # beyond the largest measured batch: grow at the last per-token slope, or at half
+            b = ns[-1]  # the per-token cost where that is all that is known (a guess its first use corrects)
+            slope = (v[b] - v[ns[-2]]) / (b - ns[-2]) if len(ns) > 1 else 0.0
+            return v[b] + (n - b) * max(slope, v[b] / b * 0.5)
         a, b = ns[i - 1], ns[i]
         return v[a] + (v[b] - v[a]) * (n - a) / (b - a)
 
@@ -88,10 +94,15 @@ class CostModel:
         """Fold a measured decode into the scale (the speed now) and the kept quiet cost of its size.
 
         One measurement counts as at most twice the estimate (a decode stalled by a burst of load); a new
-        size starts halfway between the interpolated and the measured cost.
+        size starts halfway between the interpolated (or guessed) and the measured cost; a guessed one (beyond
+        the largest measured) leaves the scale alone.
         """
-        ratio = min(max(seconds / self.verify_cost(n), 0.5), 2.0)
-        self.scale = max(self.scale * ratio**self.ema, 1.0)  # never faster than quiet: that is the curve's
+        if not self.verify:  # the first decode measured
+            self.verify[n], self._ns = seconds, [n]
+            return
+        if n < self._ns[-1] or n in self.verify:  # measured or between measured sizes: the difference is the
+            ratio = min(max(seconds / self.verify_cost(n), 0.5), 2.0)  # machine's speed now (beyond: the guess's)
+            self.scale = max(self.scale * ratio**self.ema, 1.0)  # never faster than quiet: that is the curve's
         self.verify[n] = self._learned(self._shape(n), seconds, self.shape_ema if n in self.verify else 0.5)
         if len(self._ns) != len(self.verify):
             self._ns = sorted(self.verify)
