@@ -29,12 +29,12 @@ def record(out: Path, max_tokens: int) -> None:
     from localspec.core.sampling import SamplerSettings
     from localspec.decoding.engine import Engine
     from localspec.decoding.loader import RunConfig, load_models
-    from localspec.drafting.calibration import target_costs
+    from localspec.drafting.calibration import load_costs
     from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
     from localspec.llama.template import chat_tokens
 
     target, _ = load_models(RunConfig(no_draft=True))
-    cost = target_costs(target)
+    cost = load_costs(target, None)
     rows = []
     for p in BUILTIN_PROMPTS:
         prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])

@@ -15,7 +15,7 @@ from typing import Any
 from localspec.errors import LocalspecError
 
 # ggml type id -> (elements per block, bytes per block)
-_GGML_TYPES = {
+GGML_TYPES = {
     0: (1, 4),
     1: (1, 2),
     2: (32, 18),
@@ -105,6 +105,8 @@ class GGUFInfo:
     n_params: int = 0
     declared_size: int = 0
     tokens_raw: bytes | None = None  # the vocabulary's token array as stored, when asked for
+    data_start: int = 0  # where the tensor data begins (the header's length, aligned)
+    tensors: list[tuple[str, int, int, int]] = field(default_factory=list)  # (name, ggml type, elements, offset)
 
     @property
     def tokens(self) -> list[str] | None:
@@ -180,8 +182,10 @@ class _Reader:
         raise ValueError(f"unknown metadata type {vtype}")
 
 
-def read_gguf(path: Path, *, tokens: bool = False) -> GGUFInfo:
-    """Parse and validate a GGUF header (with the token texts if asked); BadModelFile names the problem."""
+def read_gguf(path: Path, *, tokens: bool = False, header_only: bool = False) -> GGUFInfo:
+    """Parse and validate a GGUF header (with the token texts if asked); BadModelFile names the problem.
+
+    `header_only`: the file may end where the header does (its tensor data is not checked for)."""
     path = Path(path)
     if not path.exists():
         raise BadModelFile(f"{path}: no such model file (run `localspec models install` for the default pair)")
@@ -193,14 +197,14 @@ def read_gguf(path: Path, *, tokens: bool = False) -> GGUFInfo:
             if f.read(4) != b"GGUF":
                 raise BadModelFile(f"{path}: not a GGUF file (bad magic bytes)")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(_Reader(buf, size), path, size, tokens)
+                return _parse(_Reader(buf, size), path, size, tokens, header_only)
     except OSError as e:
         raise BadModelFile(f"{path}: cannot read ({e.strerror})") from None
     except (ValueError, struct.error) as e:
         raise BadModelFile(f"{path}: corrupt GGUF header: {e}") from None
 
 
-def _parse(r: _Reader, path: Path, size: int, want_tokens: bool) -> GGUFInfo:
+def _parse(r: _Reader, path: Path, size: int, want_tokens: bool, header_only: bool) -> GGUFInfo:
     version = r.scalar("<I")
     if version not in (2, 3):
         raise ValueError(f"unsupported GGUF version {version}")
@@ -232,17 +236,18 @@ def _parse(r: _Reader, path: Path, size: int, want_tokens: bool) -> GGUFInfo:
         for _ in range(n_dims):
             elements *= r.scalar("<Q")
         ttype, offset = r.scalar("<I"), r.scalar("<Q")
+        info.tensors.append((name, ttype, elements, offset))
         info.n_params += elements
-        if ttype in _GGML_TYPES:
-            block, nbytes = _GGML_TYPES[ttype]
+        if ttype in GGML_TYPES:
+            block, nbytes = GGML_TYPES[ttype]
             end = max(end, offset + elements // block * nbytes)
     info.n_tensors = n_tensors
     align = info.metadata.get("general.alignment", 32)
     if not isinstance(align, int) or align <= 0:
         raise ValueError(f"bad alignment {align!r}")
-    data_start = -(-r.pos // align) * align
+    info.data_start = data_start = -(-r.pos // align) * align
     info.declared_size = data_start + end
-    if info.declared_size > size:
+    if info.declared_size > size and not header_only:
         raise BadModelFile(
             f"{path}: truncated: the header declares {info.declared_size:,} bytes, the file has {size:,}"
         )

@@ -1,0 +1,235 @@
+"""One prepared GPU run: localspec's cost curve, draft-model verdict and predicted speedups on a CUDA device.
+
+The device machine has no network and the models do not travel, so the run is prepared here:
+
+    python scripts/gpu_check.py prepare          # gpu-bundle/: trimmed llama.cpp sources, model headers, wheels
+
+then one device command (the device tool, `carry: ["gpu-bundle"]`, about 8 minutes):
+
+    bash scripts/gpu-check                       # build with CUDA for this GPU only, then `run`
+
+`run` writes random-weight twins of the default pair (the real headers: shapes, quantization types and
+vocabulary; a decode's cost does not depend on the values), calibrates them as localspec does (verify cost
+for 1..64 tokens, the draft token and its catch-up, `model_can_win`), runs the default against `--no-draft`
+(greedy; outputs compared by the near-tie rule), replays the recorded answers (scripts/replay.py) against the
+measured curve for the copier's predicted speedups, and writes one table to --out (gpu-table.md, .json).
+Everything but the CUDA build runs on a CPU too (`run --gpu-layers 0`, tested in tests/test_gpu_check.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+LLAMA_CPP_PYTHON = "0.3.36"
+# the vendored llama.cpp a CUDA build needs (the rest of the 77 MB sdist is docs, models, tools and tests)
+KEEP = ("CMakeLists.txt", "cmake", "ggml", "src", "include", "common", "vendor/nlohmann", "vendor/cpp-httplib")
+DROP_BACKENDS = ("ggml-sycl", "ggml-vulkan", "ggml-opencl", "ggml-cann", "ggml-metal", "ggml-musa", "ggml-webgpu")
+WHEELS = ("scikit-build-core", "pathspec", "packaging", "diskcache", "jinja2", "typing-extensions", "platformdirs")
+WHEELS_BEFORE_3_11 = ("tomli", "exceptiongroup")  # scikit-build-core's, on Python 3.10
+BINARY_WHEELS = ("llguidance", "markupsafe")  # per CPython version and platform
+PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
+PROMPTS = [
+    "Write a Python function that merges two sorted lists.",
+    "Explain what a mutex is, in three sentences.",
+]
+
+
+def prepare(bundle: Path) -> None:
+    """gpu-bundle/: llama-cpp-python's sdist with its llama.cpp trimmed, the default pair's headers, wheels."""
+    if bundle.exists():
+        shutil.rmtree(bundle)
+    (bundle / "wheels").mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d"]
+        subprocess.run([*pip, tmp, "--no-binary", ":all:", f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], check=True)
+        with tarfile.open(next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))) as tar:
+            tar.extractall(tmp, filter="data")
+        src = next(Path(tmp).glob("llama_cpp_python-*/"))
+        dst = bundle / "llama-cpp-python"
+        for name in ("CMakeLists.txt", "pyproject.toml", "README.md", "LICENSE.md", "llama_cpp"):
+            _copy(src / name, dst / name)
+        for name in KEEP:
+            _copy(src / "vendor/llama.cpp" / name, dst / "vendor/llama.cpp" / name)
+        for name in DROP_BACKENDS:
+            shutil.rmtree(dst / "vendor/llama.cpp/ggml/src" / name, ignore_errors=True)
+    wheels = str(bundle / "wheels")
+    subprocess.run([*pip, wheels, "--only-binary", ":all:", *WHEELS, *WHEELS_BEFORE_3_11], check=True)
+    platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+    for version in ("3.10", "3.11", "3.12", "3.13"):
+        binary = ["--only-binary", ":all:", "--python-version", version, *platforms]
+        subprocess.run([*pip, wheels, *binary, *BINARY_WHEELS], check=True)
+    write_headers(bundle)
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    print(f"{bundle}: {size / 2**20:.1f} MiB")
+
+
+def write_headers(bundle: Path, target: Path | None = None, draft: Path | None = None) -> None:
+    """The headers of the pair (default: the default pair) the twins are made from."""
+    from localspec.models.catalog import default_pair, resolve
+    from localspec.models.twin import header_of
+
+    pair = default_pair()
+    bundle.mkdir(parents=True, exist_ok=True)
+    for role, path, model in (("target", target, pair[0]), ("draft", draft, pair[1])):
+        (bundle / f"{role}.header").write_bytes(header_of(path or resolve(model.name)))
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path | None) -> dict[str, Any]:
+    """Twins, calibration, the default against --no-draft, the replay; the table in `out`."""
+    import numpy as np
+    from replay import replay
+
+    os.environ.setdefault("LOCALSPEC_CACHE_DIR", tempfile.mkdtemp(prefix="gpu-check-cache-"))
+
+    from localspec.core.sampling import SamplerSettings
+    from localspec.decoding.loader import RunConfig, default_threads, load_engine
+    from localspec.drafting.calibration import calibrate
+    from localspec.drafting.costs import best_k
+    from localspec.drafting.draft_model import PROBE_ALPHA, model_can_win
+    from localspec.llama.model import Model, build
+    from localspec.llama.template import chat_tokens
+    from localspec.models.twin import write_twin
+
+    out.mkdir(parents=True, exist_ok=True)
+    work = models or Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    t0 = time.perf_counter()
+    paths = {
+        role: write_twin((bundle / f"{role}.header").read_bytes(), work / f"{role}-twin.gguf", seed=i)
+        for i, role in enumerate(("target", "draft"))
+    }
+    result: dict[str, Any] = {"device": _device(), "backends": build().backends}
+    result["twins_seconds"] = time.perf_counter() - t0
+    # loaded as the default run loads them, so the costs kept are the ones its runs below start from
+    target, draft = (Model(paths[r], n_threads=default_threads(), n_gpu_layers=gpu_layers) for r in ("target", "draft"))
+    cost = calibrate(target, draft)
+    t1 = cost.verify_cost(1)
+    result["verify_ms"] = {n: s * 1e3 for n, s in cost.curve().items()}
+    result["draft_token"] = cost.draft_token / t1
+    result["draft_prefill_token"] = cost.draft_prefill_token / t1
+    result["model_can_win"] = model_can_win(cost)
+    result["draft_model_predicted"] = {
+        f"{alpha:.2f}": best_k([alpha**j for j in range(1, 17)], cost, cost.draft_token)[1] * t1
+        for alpha in (0.6, 0.8, PROBE_ALPHA)
+    }
+    del target, draft
+    greedy = SamplerSettings(temperature=0)
+    runs = []
+    for prompt in PROMPTS:
+        row: dict[str, Any] = {"prompt": prompt}
+        for way, cfg in (
+            ("default", RunConfig(target=str(paths["target"]), draft=str(paths["draft"]), sampler=greedy)),
+            ("no_draft", RunConfig(target=str(paths["target"]), no_draft=True, sampler=greedy)),
+        ):
+            cfg.gpu_layers = cfg.draft_gpu_layers = gpu_layers
+            engine = load_engine(cfg)
+            ids = chat_tokens(engine.target, [{"role": "user", "content": prompt}])
+            completion: list[int] = []
+            start = time.perf_counter()
+            for _ in engine.generate(ids, tokens, completion=completion):
+                pass
+            row[way] = {"seconds": time.perf_counter() - start, "tokens": completion, "notes": engine.notes}
+            if way == "no_draft":
+                row["same"] = _same_by_near_tie(engine.target, ids, row["default"]["tokens"], completion, np)
+            del engine
+        row["speedup"] = row["no_draft"]["seconds"] / row["default"]["seconds"]
+        runs.append(row)
+    result["runs"] = [
+        {k: v for k, v in r.items() if k not in ("default", "no_draft")}
+        | {w: {"seconds": r[w]["seconds"], "notes": r[w]["notes"]} for w in ("default", "no_draft")}
+        for r in runs
+    ]
+    curve = out / "verify-curve.json"
+    curve.write_text(json.dumps({str(n): s for n, s in cost.curve().items()}))
+    replayed = replay(ROOT / "scripts" / "replay-answers.json", curve)
+    result["replay"] = {str(r["task"]): float(r["plain_seconds"]) / float(r["seconds"]) for r in replayed}
+    (out / "gpu-table.json").write_text(json.dumps(result, indent=1))
+    (out / "gpu-table.md").write_text(table(result))
+    print(table(result))
+    return result
+
+
+def _same_by_near_tie(target: Any, prompt: list[int], got: list[int], want: list[int], np: Any) -> str:
+    """'equal', 'near tie at i (gap g)', or 'DIFFERENT at i (gap g)': greedy texts compared as the tests do."""
+    i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+    if i is None:
+        return "equal"
+    top2 = np.sort(target.sync(prompt + want[:i], 1)[0])[-2:]
+    gap = float(top2[1] - top2[0])
+    return f"{'near tie' if gap < 1.0 else 'DIFFERENT'} at {i} (gap {gap:.3f})"
+
+
+def _device() -> str:
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader"]
+        return subprocess.run(query, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "no NVIDIA GPU (CPU)"
+
+
+def table(r: dict[str, Any]) -> str:
+    """The run as one markdown table (and a line of context above it)."""
+    lines = [
+        f"Device: {r['device']} (llama.cpp backends: {', '.join(r['backends'])}); random-weight twins of the default pair.",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        "| verify ms for 1/2/4/8/16/32/64 tokens | " + " / ".join(f"{ms:.1f}" for ms in r["verify_ms"].values()) + " |",
+        f"| draft token, in target decodes | {r['draft_token']:.2f} |",
+        f"| draft catch-up per token, in target decodes | {r['draft_prefill_token']:.3f} |",
+        f"| draft model can win (at 90% acceptance) | {'yes' if r['model_can_win'] else 'no'} |",
+    ]
+    lines += [
+        f"| draft model, predicted decode × at {alpha} acceptance | {x:.2f} |"
+        for alpha, x in r["draft_model_predicted"].items()
+    ]
+    lines += [f"| copier replay, predicted decode ×: {task} | {x:.2f} |" for task, x in r["replay"].items()]
+    lines += [
+        f"| default vs --no-draft, measured × (random twins): {row['prompt'][:40]} | "
+        f"{row['speedup']:.2f} ({row['same']}) |"
+        for row in r["runs"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    prep = sub.add_parser("prepare", help="build gpu-bundle/ here (needs the network and the installed models)")
+    prep.add_argument("--bundle", type=Path, default=ROOT / "gpu-bundle")
+    go = sub.add_parser("run", help="twins, calibration, pairs and the replay; the table in --out")
+    go.add_argument("--bundle", type=Path, default=ROOT / "gpu-bundle")
+    go.add_argument("--out", type=Path, required=True)
+    go.add_argument("--gpu-layers", type=int, default=999)
+    go.add_argument("--tokens", type=int, default=128)
+    go.add_argument("--models", type=Path, help="where to write the twins (default: a temporary folder)")
+    args = ap.parse_args()
+    if args.cmd == "prepare":
+        prepare(args.bundle)
+    else:
+        run(args.bundle, args.out, gpu_layers=args.gpu_layers, tokens=args.tokens, models=args.models)
+
+
+if __name__ == "__main__":
+    main()
