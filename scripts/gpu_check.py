@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 LLAMA_CPP_PYTHON = "0.3.36"
 # the vendored llama.cpp a CUDA build needs (the rest of the 77 MB sdist is docs, models, tools and tests)
-KEEP = ("CMakeLists.txt", "cmake", "ggml", "src", "include", "common", "vendor/nlohmann", "vendor/cpp-httplib")
+KEEP = ("CMakeLists.txt", "LICENSE", "cmake", "ggml", "src", "include", "common", "vendor")
 DROP_BACKENDS = ("ggml-sycl", "ggml-vulkan", "ggml-opencl", "ggml-cann", "ggml-metal", "ggml-musa", "ggml-webgpu")
 WHEELS = ("scikit-build-core", "pathspec", "packaging", "diskcache", "jinja2", "typing-extensions", "platformdirs")
 WHEELS_BEFORE_3_11 = ("tomli", "exceptiongroup")  # scikit-build-core's, on Python 3.10

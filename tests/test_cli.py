@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from localspec.core.sampling import SamplerSettings
 from localspec.frontends.bench import LOOKUP
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
+from localspec.models.gguf import read_gguf
 
 JSON_FIELDS = {
     "text",
@@ -217,3 +219,20 @@ def test_a_bad_schema_or_grammar_is_one_line_before_any_model_loads(tmp_path) ->
     gbnf = tmp_path / "bad.gbnf"
     gbnf.write_text('root ::= "a" (\n')
     one_line_error(run_cli("generate", "--grammar", str(gbnf), "hi"), "bad.gbnf")
+
+
+@pytest.mark.slow
+def test_bench_requantizes_the_target_once(draft_path, tmp_path) -> None:
+    """--requantize Q8_0 benches the target requantized beside it (the draft stands in as a small target)."""
+    small = tmp_path / "small-q4_k_m.gguf"
+    shutil.copyfile(draft_path, small)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Say hello."}\n')
+    out = tmp_path / "bench.json"
+    args = ["bench", "--prompts", str(prompts), "-n", "6", "--strategies", "auto", "--no-lookup", "--json", str(out)]
+    proc = run_cli(*args, "--target", str(small), "--requantize", "q8_0")
+    assert proc.returncode == 0, proc.stderr
+    made = tmp_path / "small-q8_0.gguf"
+    assert json.loads(out.read_text())["target"] == str(made) and read_gguf(made).quantization == "Q8_0"
+    bad = run_cli(*args, "--target", str(small), "--requantize", "Q3")
+    assert bad.returncode == 2 and "Q3" in bad.stderr and "Traceback" not in bad.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.drafting.costs import CostModel
-from localspec.drafting.draft_model import PROBE_ALPHA, model_can_win
+from localspec.drafting.draft_model import PROBE_ALPHA, WIN_MARGIN, model_can_win
 from localspec.llama.model import Model
 from localspec.paths import cache_dir
 
@@ -44,9 +44,12 @@ def _timed(model: Model, n: int, logits: int) -> float:
 
 
 def _measure_target(target: Model) -> CostModel:
-    _timed(target, 4, 1)  # warm-up
+    # Warm-up: the first decodes after a load run up to 30% slow (measured on a Q8_0 target), and a one-token
+    # cost measured high stays high while drafting wins every round (no round then runs the target alone).
+    for _ in range(3):
+        _timed(target, 8, 1)
     sizes = [n for n in CALIBRATION_SIZES if n <= min(target.n_batch, target.n_ctx // 2)]
-    return CostModel({n: min(_timed(target, n, n) for _ in range(2)) for n in sizes})
+    return CostModel({n: min(_timed(target, n, n) for _ in range(3 if n <= 8 else 2)) for n in sizes})
 
 
 def measure_draft(draft: Model, cost: CostModel) -> None:
@@ -149,8 +152,8 @@ def decide_draft(
 
     It is loaded only where its costs say it can beat the target alone here even at PROBE_ALPHA acceptance.
     A first run (no target costs yet) answers without it and learns the target's costs; later, a draft that
-    cannot win even at the cost its size bounds it by is never loaded, and one that might is loaded once to
-    be measured. Where what was learned since disagrees with the verdict of the last fresh measurement (a
+    cannot win even at the cost its size bounds it by is never loaded, and one that might is loaded once and
+    measured with the target's whole curve. Where what was learned since disagrees with the verdict of the last fresh measurement (a
     busy hour once made a CPU's draft model look like a winner), or says it wins where no verdict was kept,
     both are measured afresh before the learned costs are trusted, and the notes say so.
     """
@@ -163,8 +166,7 @@ def decide_draft(
             bound = size_bound(target, draft_path)
             return cost, None, [_loses(name, f"by its size a draft token costs at least {bound:.2f} target decodes")]
         draft = load_draft()
-        measure_draft(draft, cost)
-        save_costs(target, draft, cost, calibrated=True)
+        cost = calibrate(target, draft)  # the whole curve too: a verdict kept from a partly learned one would drift
     elif model_can_win(cost) != (calibrated_verdict(target, draft_key) or False):  # no verdict kept: trust a loss
         draft = load_draft()
         learned = "a winner" if model_can_win(cost) else "a loser"
@@ -180,7 +182,10 @@ def decide_draft(
 
 
 def _loses(name: str, why: str) -> str:
-    return f"draft model {name} not loaded: here it cannot beat the target alone even at {PROBE_ALPHA:.0%} acceptance ({why})"
+    return (
+        f"draft model {name} not loaded: here it cannot beat the target alone by {WIN_MARGIN:.2f}x even at "
+        f"{PROBE_ALPHA:.0%} acceptance ({why})"
+    )
 
 
 def save_costs(target: Model, draft: Model | None, cost: CostModel, *, calibrated: bool = False) -> None:

@@ -351,6 +351,7 @@ def run_bench(
             if progress:
                 progress(f"{p['task']}: {LOOKUP}")
     return {
+        "target": str(twin.path),
         "rows": rows,
         "notes": notes,
         "cost_ratio": c,

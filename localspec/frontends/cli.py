@@ -386,6 +386,20 @@ def serve(
         spec.save_costs()
 
 
+def _requantized(target: str | None, quant: str) -> Path:
+    """The target (default: the default pair's) requantized to `quant`, made once beside it."""
+    from localspec.frontends.generate import loading
+    from localspec.llama.model import QUANTS, requantize
+    from localspec.models.catalog import default_pair, resolve
+
+    if quant not in QUANTS:
+        raise typer.BadParameter(f"{quant!r} is not one of {', '.join(QUANTS)}", param_hint="--requantize")
+    src = resolve(target or default_pair()[0].name)
+    stem = src.stem.rsplit("-", 1)[0] if "-q" in src.stem.lower() else src.stem
+    with loading(f"requantizing {src.name} to {quant} (once)…"):
+        return requantize(src, src.with_name(f"{stem}-{quant.lower()}.gguf"), quant)
+
+
 @app.command()
 def bench(
     prompts: Annotated[
@@ -418,6 +432,13 @@ def bench(
     no_lookup: Annotated[
         bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")
     ] = False,
+    requantize: Annotated[
+        str | None,
+        typer.Option(
+            "--requantize",
+            help="Bench the target requantized to Q8_0, F16 or Q6_K (made once beside it, about 20 s, no download): a memory-bound target, where a draft model wins on a CPU.",
+        ),
+    ] = None,
     target: Target = None,
     draft: Draft = "auto",
     ctx: Ctx = 4096,
@@ -450,6 +471,8 @@ def bench(
             )
         chosen = [st for st in STRATEGIES if st.k == 0 or st.name in names]
     rows = load_prompts(prompts)
+    if requantize:
+        target = str(_requantized(target, requantize.upper()))
     cfg = RunConfig(
         target=target,
         draft="auto" if draft in COPIER else draft,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.drafting.calibration import cached_costs, model_key
-from localspec.drafting.draft_model import PROBE_ALPHA, model_can_win
+from localspec.drafting.draft_model import PROBE_ALPHA, WIN_MARGIN, model_can_win
 from localspec.llama.model import Model, gpu_offload_supported
 
 
@@ -59,7 +59,7 @@ def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> s
     ratio = f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"
     if model_can_win(cost):
         return f"used where it wins ({ratio}); its cache catches up only when it drafts"
-    return f"not loaded: it cannot beat the target alone here even at {PROBE_ALPHA:.0%} acceptance ({ratio})"
+    return f"not loaded: it cannot beat the target alone here by {WIN_MARGIN:.2f}x even at {PROBE_ALPHA:.0%} acceptance ({ratio})"
 
 
 def learned_curve(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
