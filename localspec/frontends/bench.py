@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -178,10 +179,7 @@ def _lookup_reference(
         llm.create_completion(
             prompt,
             max_tokens=max_tokens,
-            temperature=sampler.temperature,
-            top_k=sampler.top_k,
-            top_p=sampler.top_p,
-            min_p=sampler.min_p,
+            **dataclasses.asdict(sampler),
             seed=seed,
             stream=True,
         )
@@ -307,10 +305,7 @@ def run_bench(
                 gen = spec.generate(
                     p["prompt"],
                     max_tokens=max_tokens,
-                    temperature=sampler.temperature,
-                    top_k=sampler.top_k,
-                    top_p=sampler.top_p,
-                    min_p=sampler.min_p,
+                    **dataclasses.asdict(sampler),
                     seed=seed,
                     response_format=p.get("response_format"),
                 )
