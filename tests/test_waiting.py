@@ -15,6 +15,7 @@ from localspec.decoding.loader import RunConfig, default_threads, draft_model_of
 from localspec.drafting.calibration import model_key, save_costs
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter, model_can_win
+from localspec.frontends.doctor import draft_verdict
 
 GREEDY = SamplerSettings(temperature=0)
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes
@@ -60,7 +61,7 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
 
 @pytest.mark.slow
 def test_a_first_run_answers_at_once_and_learns(
-    target_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new machine (no costs kept): nothing is measured and no draft model loaded before the answer; the
     answer's own decodes are the curve the next run starts from; there the draft model, ruled out by its size
@@ -79,6 +80,7 @@ def test_a_first_run_answers_at_once_and_learns(
     _write_costs(tmp_path, target_path, None, CPU_CURVE, draft_token=0.0)
     again = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
     assert draft_model_of(again) is None and any("by its size" in note for note in again.notes), again.notes
+    assert draft_verdict(target_path, draft_path, default_threads()).startswith("not loaded: here it cannot beat")
 
 
 @pytest.mark.slow

@@ -134,15 +134,16 @@ def calibrate(target: Model, draft: Model | None) -> CostModel:
     return cost
 
 
-def size_bound(target: Model, draft_path: Path) -> float:
+def size_bound(target_path: Path, draft_path: Path) -> float:
     """A draft token's least cost in target decodes, by file size: a decode reads every weight once, and a
     smaller model uses the machine about as well per byte (0.40 measured against 0.44 by size on a 2-core
     EPYC: hence the margin)."""
-    return SIZE_MARGIN * draft_path.stat().st_size / target.path.stat().st_size
+    return SIZE_MARGIN * draft_path.stat().st_size / target_path.stat().st_size
 
 
-def _by_size(target: Model, draft_path: Path, cost: CostModel) -> CostModel:
-    return CostModel(cost.curve(), draft=size_bound(target, draft_path) * cost.verify_cost(1))
+def by_size(target_path: Path, draft_path: Path, cost: CostModel) -> CostModel:
+    """The target's costs with a draft token at its size bound (what a draft model not yet measured may cost)."""
+    return CostModel(cost.curve(), draft=size_bound(target_path, draft_path) * cost.verify_cost(1))
 
 
 def decide_draft(
@@ -162,9 +163,8 @@ def decide_draft(
         return cost, None, [f"draft model {name} not loaded: this first run here learns the target's costs first"]
     draft, notes = None, []
     if not cached_draft_costs(target, draft_key, cost):
-        if not model_can_win(_by_size(target, draft_path, cost)):
-            bound = size_bound(target, draft_path)
-            return cost, None, [_loses(name, f"by its size a draft token costs at least {bound:.2f} target decodes")]
+        if not model_can_win(by_size(target.path, draft_path, cost)):
+            return cost, None, [f"draft model {name} {cannot_win(size_reason(target.path, draft_path))}"]
         draft = load_draft()
         cost = calibrate(target, draft)  # the whole curve too: a verdict kept from a partly learned one would drift
     elif model_can_win(cost) != (calibrated_verdict(target, draft_key) or False):  # no verdict kept: trust a loss
@@ -177,14 +177,21 @@ def decide_draft(
         )
     if model_can_win(cost):
         return cost, draft or load_draft(), notes
-    notes.append(_loses(name, f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"))
+    notes.append(
+        f"draft model {name} {cannot_win(f'a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes')}"
+    )
     return cost, None, notes
 
 
-def _loses(name: str, why: str) -> str:
+def size_reason(target_path: Path, draft_path: Path) -> str:
+    return f"by its size a draft token costs at least {size_bound(target_path, draft_path):.2f} target decodes"
+
+
+def cannot_win(why: str) -> str:
+    """What is said of a draft model left out because it cannot win here."""
     return (
-        f"draft model {name} not loaded: here it cannot beat the target alone by {WIN_MARGIN:.2f}x even at "
-        f"{PROBE_ALPHA:.0%} acceptance ({why})"
+        f"not loaded: here it cannot beat the target alone by {WIN_MARGIN:.2f}x even at {PROBE_ALPHA:.0%} "
+        f"acceptance ({why})"
     )
 
 

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.drafting.calibration import cached_costs, model_key
-from localspec.drafting.draft_model import PROBE_ALPHA, WIN_MARGIN, model_can_win
+from localspec.drafting.calibration import by_size, cached_costs, cannot_win, model_key, size_reason
+from localspec.drafting.draft_model import model_can_win
 from localspec.llama.model import Model, gpu_offload_supported
 
 
@@ -53,13 +53,17 @@ def _keys(target: Path, draft: Path, threads: int, ctx: int) -> tuple[str, str]:
 
 def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
     """Whether `generate` loads the draft model here, from the costs it uses (default settings)."""
-    cost = cached_costs(*_keys(target, draft, threads, ctx))
-    if cost is None:
-        return "not measured yet (the first `localspec generate` measures it)"
+    keys = _keys(target, draft, threads, ctx)
+    if (learned := cached_costs(keys[0])) is None:
+        return "not decided yet: the first `localspec generate` learns the target's costs, the next decides"
+    if (cost := cached_costs(*keys)) is None:
+        if not model_can_win(by_size(target, draft, learned)):
+            return cannot_win(size_reason(target, draft))
+        return "not measured yet: the next `localspec generate` loads it once to measure it"
     ratio = f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"
     if model_can_win(cost):
         return f"used where it wins ({ratio}); its cache catches up only when it drafts"
-    return f"not loaded: it cannot beat the target alone here by {WIN_MARGIN:.2f}x even at {PROBE_ALPHA:.0%} acceptance ({ratio})"
+    return cannot_win(ratio)
 
 
 def learned_curve(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
