@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -98,7 +100,6 @@ def _copy(src: Path, dst: Path) -> None:
 
 def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path | None) -> dict[str, Any]:
     """Twins, calibration, the default against --no-draft, the replay; the table in `out`."""
-    import numpy as np
     from replay import replay
 
     os.environ.setdefault("LOCALSPEC_CACHE_DIR", tempfile.mkdtemp(prefix="gpu-check-cache-"))
@@ -135,9 +136,10 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     }
     del target, draft
     greedy = SamplerSettings(temperature=0)
-    runs = []
+    result["runs"] = []
     for prompt in PROMPTS:
         row: dict[str, Any] = {"prompt": prompt}
+        answers: dict[str, list[int]] = {}
         for way, cfg in (
             ("default", RunConfig(target=str(paths["target"]), draft=str(paths["draft"]), sampler=greedy)),
             ("no_draft", RunConfig(target=str(paths["target"]), no_draft=True, sampler=greedy)),
@@ -149,17 +151,12 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
             start = time.perf_counter()
             for _ in engine.generate(ids, tokens, completion=completion):
                 pass
-            row[way] = {"seconds": time.perf_counter() - start, "tokens": completion, "notes": engine.notes}
+            row[way], answers[way] = {"seconds": time.perf_counter() - start, "notes": engine.notes}, completion
             if way == "no_draft":
-                row["same"] = _same_by_near_tie(engine.target, ids, row["default"]["tokens"], completion, np)
+                row["same"] = _same_by_near_tie(engine.target, ids, answers["default"], completion)
             del engine
         row["speedup"] = row["no_draft"]["seconds"] / row["default"]["seconds"]
-        runs.append(row)
-    result["runs"] = [
-        {k: v for k, v in r.items() if k not in ("default", "no_draft")}
-        | {w: {"seconds": r[w]["seconds"], "notes": r[w]["notes"]} for w in ("default", "no_draft")}
-        for r in runs
-    ]
+        result["runs"].append(row)
     curve = out / "verify-curve.json"
     curve.write_text(json.dumps({str(n): s for n, s in cost.curve().items()}))
     replayed = replay(ROOT / "scripts" / "replay-answers.json", curve)
@@ -170,7 +167,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     return result
 
 
-def _same_by_near_tie(target: Any, prompt: list[int], got: list[int], want: list[int], np: Any) -> str:
+def _same_by_near_tie(target: Any, prompt: list[int], got: list[int], want: list[int]) -> str:
     """'equal', 'near tie at i (gap g)', or 'DIFFERENT at i (gap g)': greedy texts compared as the tests do."""
     i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
     if i is None:

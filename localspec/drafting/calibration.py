@@ -154,9 +154,10 @@ def decide_draft(
     It is loaded only where its costs say it can beat the target alone here even at PROBE_ALPHA acceptance.
     A first run (no target costs yet) answers without it and learns the target's costs; later, a draft that
     cannot win even at the cost its size bounds it by is never loaded, and one that might is loaded once and
-    measured with the target's whole curve. Where what was learned since disagrees with the verdict of the last fresh measurement (a
-    busy hour once made a CPU's draft model look like a winner), or says it wins where no verdict was kept,
-    both are measured afresh before the learned costs are trusted, and the notes say so.
+    measured with the target's whole curve. Where what was learned since disagrees with the verdict of the
+    last fresh measurement (a busy hour once made a CPU's draft model look like a winner), or says it wins
+    where no verdict was kept, both are measured afresh before the learned costs are trusted, and the notes
+    say so.
     """
     name = draft_path.name
     if not cost.measured:
@@ -199,9 +200,9 @@ def save_costs(target: Model, draft: Model | None, cost: CostModel, *, calibrate
     """Keep the learned quiet costs for the next run (never the session's load); never fails the caller.
 
     `calibrated`: these costs were just measured afresh; their verdict on the draft model is kept too."""
-    store = _store()
     if not cost.measured:
         return
+    store = _store()
     entry = store.setdefault(_key(target), {})
     entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
     if draft is not None:

@@ -389,11 +389,9 @@ def serve(
 def _requantized(target: str | None, quant: str) -> Path:
     """The target (default: the default pair's) requantized to `quant`, made once beside it."""
     from localspec.frontends.generate import loading
-    from localspec.llama.model import QUANTS, requantize
+    from localspec.llama.model import requantize
     from localspec.models.catalog import default_pair, resolve
 
-    if quant not in QUANTS:
-        raise typer.BadParameter(f"{quant!r} is not one of {', '.join(QUANTS)}", param_hint="--requantize")
     src = resolve(target or default_pair()[0].name)
     stem = src.stem.rsplit("-", 1)[0] if "-q" in src.stem.lower() else src.stem
     with loading(f"requantizing {src.name} to {quant} (once)…"):

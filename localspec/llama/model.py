@@ -242,10 +242,10 @@ def requantize(src: Path, dst: Path, quant: str, threads: int | None = None) -> 
     """Write `src` requantized to `quant` (a key of QUANTS) at `dst`, unless it is there (about 20 s on 2 cores).
 
     A memory-bound target (Q8_0, F16 on a CPU) is where a draft model wins; this makes one without a download."""
-    if dst.exists():
-        return dst
     if quant not in QUANTS:
         raise LocalspecError(f"cannot requantize to {quant!r} (known: {', '.join(QUANTS)})")
+    if dst.exists():
+        return dst
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype, params.allow_requantize, params.nthread = getattr(llama_cpp, QUANTS[quant]), True, threads or 0
     part = dst.with_name(dst.name + ".part")
