@@ -69,7 +69,7 @@ def replay(path: Path, curve: Path | None = None) -> list[dict[str, float | int 
 
     results = []
     for row in data["answers"]:
-        drafter = Copier(LineJoin(lambda t: pieces.get(t, b"?"), tokenize))
+        drafter = Copier(LineJoin(lambda t: pieces.get(t, b"?"), tokenize), piece=lambda t: pieces.get(t, b""))
         planner = Planner([drafter], k=None, cost=cost)
         prompt, answer = row["prompt"], row["answer"]
         drafter.start(len(prompt))

@@ -6,6 +6,7 @@ import itertools
 from types import SimpleNamespace
 
 from localspec.decoding.planner import Planner
+from localspec.drafting.base import Drafter
 from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
@@ -228,3 +229,82 @@ def test_prediction_drafter_never_proposes_or_looks_up_its_boundary_marks() -> N
         assert -1 not in proposal
         ctx = [*ctx, *(proposal[:2] or [19])]
         drafter.observe(ctx, drafter, len(proposal), min(len(proposal), 1))
+
+
+class _Certain(Drafter):
+    """A stand-in for the grammar's forced tokens: certain proposals."""
+
+    name, certain = "forced", True
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens
+
+    def survival(self, ctx: list[int], k_max: int) -> list[float]:
+        return [0.99**j for j in range(1, len(self.tokens[:k_max]) + 1)]
+
+    def draft(self, ctx: list[int], k: int, sampler: object, sampling: object) -> list[int]:
+        return self.tokens[:k]
+
+
+def test_a_certain_draft_is_taken_whole_where_a_shorter_one_prices_better() -> None:
+    steep = CostModel({1: 0.05, 4: 0.10, 8: 0.30})  # a CPU whose batches of more than 4 cost much more
+    certain = [0.99**j for j in range(1, 8)]
+    assert best_k(certain, steep, 0.0)[0] == 3
+    plan = Planner([Copier(), _Certain(list(range(7)))], k=None, cost=steep).plan([1, 2, 3], room=64)
+    assert plan.drafter is not None and plan.drafter.name == "forced" and plan.k == 7
+
+
+RECORDS = [
+    '"',
+    "Maria",
+    " Maria",
+    " Fern",
+    " (",
+    "account",
+    " AC",
+    "AC",
+    "-",
+    "2",
+    "0",
+    "9",
+    ")",
+    ".",
+    "{",
+    "name",
+    "id",
+    ":",
+]
+
+
+def test_under_a_grammar_values_quoted_from_the_input_are_copied_field_after_field() -> None:
+    """JSON fields quoted from prose: the grammar forces the keys and quotes, the value's first word comes
+    without its leading space ('"Maria' for ' Maria'), and the next field resumes near the last one."""
+    t = {piece: i for i, piece in enumerate(RECORDS)}.__getitem__
+    prompt = [t(p) for p in [" Maria", " Fern", " (", "account", " AC", "-", "2", "0", "9", ")", "."]]
+    copier, forced = Copier(piece=lambda i: RECORDS[i].encode()), _Certain([])
+    copier.start(len(prompt))
+    ctx = [
+        *prompt,
+        *map(t, ["{", "name", ":", '"']),
+        t("Maria"),
+    ]  # the grammar forced '{name:"'; the target wrote Maria
+    copier.observe(ctx, forced, 4, 4)
+    assert copier.propose(ctx, 2) == [t(" Fern"), t(" (")]
+    ctx += [t(" Fern"), t('"')]  # the copy held one token, then the value ended
+    copier.observe(ctx, copier, 2, 1)
+    assert copier.propose(ctx, 4) == []  # the quote was the target's: no match
+    ctx += [*map(t, ["id", ":", '"']), t("AC")]  # the grammar forced the next key; the target wrote AC
+    copier.observe(ctx, forced, 3, 3)
+    assert copier.propose(ctx, 4) == [t("-"), t("2"), t("0"), t("9")]
+    resumed = copier.holds(4)
+    ctx += [t("-"), t("2"), t("0"), t("9"), t('"')]
+    copier.observe(ctx, copier, 4, 4)
+    ctx += [t("{"), t("name")]
+    copier.observe(ctx, forced, 1, 1)
+    assert copier.propose(ctx, 4) == []  # the grammar's own tokens are never matched
+    plain = Copier(piece=lambda i: RECORDS[i].encode())  # no grammar: 'AC' does not match ' AC'
+    plain.start(len(prompt))
+    assert plain.propose([*prompt, t('"'), t("AC")], 4) == []
+    fresh = Copier()
+    fresh.start(len(prompt))
+    assert resumed[0] > fresh.stats.holds(0, 1, 1)[0]  # a resumed field is trusted more than a fresh short match

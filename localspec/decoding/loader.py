@@ -130,7 +130,7 @@ def make_drafters(
     """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model."""
     drafters: list[Drafter] = []
     if copier:
-        drafters.append(Copier(LineJoin(target.piece, target.tokenize)))
+        drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
     if draft is not None:
         drafters.append(DraftModelDrafter(draft, cost))
     return drafters

@@ -56,6 +56,8 @@ class Planner:
             survival = d.survival(ctx, min(room, d.max_k))
             if not survival:
                 continue
+            if d.certain:
+                return Plan(d, len(survival))
             k, r = best_k(survival, cost, d.token_seconds(cost))
             if k and (r := amortized(r, d.setup_seconds(ctx, cost), room)) > rate:
                 best, rate = Plan(d, k), r

@@ -25,6 +25,9 @@ class Drafter(ABC):
 
     name: ClassVar[str] = "drafter"
     max_k: ClassVar[int] = 64  # the longest proposal the planner asks of it
+    # whether what it proposes is certain but for spelling (a grammar's forced tokens): then the planner takes
+    # all of it, as a certain token costs less in any batch than in a round of its own later
+    certain: ClassVar[bool] = False
 
     def start(self, prompt_len: int) -> None:
         """A new generation begins; its output follows the first prompt_len tokens of the context."""

@@ -32,7 +32,11 @@ _MIN_ECHO = 6
 # for long tends to go on. Row 0: copies from the input (the prompt, earlier turns), which the output
 # quotes and edits; row 1: the output repeating itself, where short matches are mostly incidental
 # (a phrase that recurs, a list number) and break twice as often. Tuned by replaying greedy answers.
-_PRIOR_COPIED = np.array([[0.5, 1, 3, 10, 30, 100, 300], [0.25, 0.5, 1.5, 5, 15, 100, 300]])
+# Row 2: under a grammar, a copy that resumed near where the last one broke: the next field of a record
+# the output quotes from the input, whose first tokens hold as well as the rest.
+_PRIOR_COPIED = np.array(
+    [[0.5, 1, 3, 10, 30, 100, 300], [0.25, 0.5, 1.5, 5, 15, 100, 300], [2, 3, 5, 10, 30, 100, 300]]
+)
 
 
 def _bucket(run: int) -> int:
@@ -42,7 +46,8 @@ def _bucket(run: int) -> int:
 class BreakStats:
     """How long copies hold: decayed counts of copied tokens and of breaks, by source side and run length.
 
-    Side 0 is a copy from the input (the prompt, earlier turns), side 1 the output repeating itself.
+    Side 0 is a copy from the input (the prompt, earlier turns), side 1 the output repeating itself, side 2
+    (under a grammar) a copy that resumed near where the last one broke.
     """
 
     def __init__(self, decay: float = 0.97) -> None:
@@ -152,6 +157,25 @@ class LineJoin:
         return self._joined[key]
 
 
+class Words:
+    """Tokens keyed by their text without one leading space: ' Maria' and 'Maria' share a key."""
+
+    def __init__(self, piece: Callable[[int], bytes]) -> None:
+        self.piece = piece
+        self._keys: dict[int, int] = {}
+        self._ids: dict[bytes, int] = {}
+
+    def key(self, token: int) -> int:
+        if (k := self._keys.get(token)) is None:
+            text = self.piece(token) if token >= 0 else b""
+            text = text.removeprefix(b" ") if text else b"\0%d" % token  # no text (a boundary, a control token): itself
+            k = self._keys[token] = self._ids.setdefault(text, len(self._ids))
+        return k
+
+    def keys(self, tokens: Sequence[int]) -> np.ndarray:
+        return np.fromiter(map(self.key, tokens), np.int64, len(tokens))
+
+
 class Copier(Drafter):
     """Copies continuations from the context: where the copy points, resynchronizing after edits.
 
@@ -162,9 +186,16 @@ class Copier(Drafter):
     max_k: ClassVar[int] = 64
 
     def __init__(
-        self, join: LineJoin | None = None, max_ngram: int = 8, resync_window: int = 48, decay: float = 0.97
+        self,
+        join: LineJoin | None = None,
+        max_ngram: int = 8,
+        resync_window: int = 48,
+        decay: float = 0.97,
+        *,
+        piece: Callable[[int], bytes] | None = None,
     ) -> None:
         self.max_ngram, self.resync_window = max_ngram, resync_window
+        self.words = Words(piece) if piece is not None else None  # a word with or without its leading space
         self.rewrites = Rewrites(join)
         self.stats = BreakStats(decay)
         self.source_end: int | None = None  # where this generation's output starts in the context (None: unknown)
@@ -174,6 +205,8 @@ class Copier(Drafter):
         self.run = 0  # tokens confirmed in the current copy (starts at the matched n-gram length)
         self.anchor: int | None = None  # source index where the last copy broke ...
         self.broke_at = 0  # ... and the output index of the token that broke it
+        self.resumed = False  # whether the copy resumed under a grammar near where the last one broke
+        self.forced: set[int] = set()  # context positions a grammar forced: no text the output chose
 
     @property
     def join_lines(self) -> bool:
@@ -192,29 +225,46 @@ class Copier(Drafter):
     def reset(self) -> None:
         """Forget the copy position (a new context); what was learned about edits and breaks stays."""
         self.plan, self.plan_src, self.plan_from, self.run = [], [], 0, 0
-        self.anchor, self.broke_at = None, 0
+        self.anchor, self.broke_at, self.resumed = None, 0, False
+        self.forced.clear()
 
     # ---- finding and extending the copy ------------------------------------------------------
     def _resync(self, ctx: list[int]) -> None:
         arr, n = np.asarray(ctx), len(ctx)
-        cand = np.flatnonzero(arr[: n - 1] == arr[-1])
         self.plan, self.plan_src, self.run = [], [], 0
+        # what a grammar forced says nothing of what the output writes next: never matched, never copied
+        chosen = np.ones(n, dtype=bool)
+        chosen[[i for i in self.forced if i < n]] = False
+        if not chosen[-1]:
+            return
+        exact = (arr[: n - 1] == arr[-1]) & chosen[: n - 1]
+        near = np.zeros(n - 1, dtype=bool)
+        if self.anchor is not None:  # after an edit the copy usually resumes just after it
+            near[max(self.anchor - 1, 0) : self.anchor + self.resync_window] = True
+        # under a grammar (something was forced) a word also matches itself with a leading space: a value it
+        # opened quotes a word of the input ('"Maria' quoting ' Maria'), where the copy resumes or nothing
+        # matches exactly
+        folded = np.zeros(n - 1, dtype=bool)
+        if self.words and self.forced:
+            folded = (self.words.keys(ctx)[: n - 1] == self.words.key(ctx[-1])) & chosen[: n - 1] & ~exact
+            folded &= near if exact.any() else True
+        cand = np.flatnonzero(exact | folded)
         if cand.size == 0:
             return
         length = np.ones(cand.size, dtype=np.int64)
-        alive = np.ones(cand.size, dtype=bool)
+        alive = exact[cand]
         for back in range(1, self.max_ngram):
-            alive &= (cand - back >= 0) & (arr[np.maximum(cand - back, 0)] == arr[n - 1 - back])
+            prev = np.maximum(cand - back, 0)
+            alive &= (cand - back >= 0) & (arr[prev] == arr[n - 1 - back]) & chosen[prev] & chosen[n - 1 - back]
             length += alive
-        score = length + cand / n  # the longest match, then the most recent
-        near = np.zeros(cand.size, dtype=bool)
-        if self.anchor is not None:  # after an edit the copy usually resumes just after it
-            near = (cand + 1 >= self.anchor) & (cand + 1 <= self.anchor + self.resync_window)
-            score = score + 2.0 * near
+        # the longest match (an exact one first), then the most recent; near where the last copy broke first
+        near = near[cand]
+        score = length - 0.5 * folded[cand] + cand / n + 2.0 * near
         best = int(np.argmax(score))
         pointer, matched = int(cand[best]) + 1, int(length[best])
         if self.anchor is not None and not near[best] and matched < 3:
             return  # a short match elsewhere right after an edit is mostly noise
+        self.resumed = bool(near[best]) and bool(self.forced)
         if near[best] and self.anchor is not None:  # what lay between the break and here was an edit
             src_end, out_end = pointer - matched, len(ctx) - matched
             if src_end >= self.anchor and out_end >= self.broke_at:
@@ -252,8 +302,9 @@ class Copier(Drafter):
     # ---- the drafter protocol ----------------------------------------------------------------
     @property
     def _side(self) -> int:
-        """Which statistics the current copy uses: 0 for one from the input, 1 for the output's own text."""
-        return int(self.source_end is not None and self.plan_from >= self.source_end)
+        """Which statistics the current copy uses: 0 for one from the input, 1 for the output's own text, 2 for
+        one resumed under a grammar near where the last copy broke."""
+        return 2 if self.resumed else int(self.source_end is not None and self.plan_from >= self.source_end)
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return self.holds(len(self.propose(ctx, k_max)))
@@ -264,8 +315,11 @@ class Copier(Drafter):
     def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
         if by is None or by is self:
             self.learn(ctx, accepted if by is self else 0)
-        else:
-            self.reset()  # another drafter's tokens moved the output: resynchronize
+        else:  # another drafter's tokens moved the output: resynchronize, near where the last copy broke
+            if by.certain:
+                self.forced.update(range(len(ctx) - accepted - 1, len(ctx) - 1))
+            self.plan, self.plan_src, self.run = [], [], 0
+            self.learn(ctx, 0)
 
     def holds(self, n: int) -> list[float]:
         """S_j, j = 1..n: the estimated probability that the first j proposed tokens all hold."""

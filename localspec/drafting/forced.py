@@ -21,6 +21,7 @@ class ForcedDrafter(Drafter):
 
     name = "forced"
     max_k: ClassVar[int] = 64
+    certain: ClassVar[bool] = True
 
     def __init__(self, constraint: Constraint) -> None:
         self.constraint = constraint
