@@ -55,10 +55,11 @@ class Generation:
         grammar: Constraint | None = None,
         top_logprobs: int | None = None,
         tool_names: Sequence[str] = (),
+        fill: bool = False,
     ) -> None:
         self._engine, self._prompt, self._max_tokens, self._stops = engine, prompt, max_tokens, stops
         self._drafters = list(drafters)
-        self._grammar, self._top_logprobs = grammar, top_logprobs
+        self._grammar, self._top_logprobs, self._fill = grammar, top_logprobs, fill
         self.tool_names = tool_names  # the tools described: the answer may call them
         self._pieces: list[str] = []
         self._tokens: list[int] = []
@@ -84,6 +85,7 @@ class Generation:
             grammar=self._grammar,
             logprobs=self.logprobs,
             top_logprobs=self._top_logprobs or 0,
+            fill=self._fill,
         )
         for piece in pieces:
             self._pieces.append(piece.text)
@@ -291,6 +293,7 @@ class LocalSpec:
             grammar=constraint,
             top_logprobs=logprobs,
             tool_names=[t["function"]["name"] for t in calls],
+            fill=suffix is not None or _fills(target, tokens),
         )
 
     def save_costs(self) -> None:
@@ -313,6 +316,12 @@ def _tools_in_use(tools: Sequence[dict[str, Any]] | None, choice: ToolChoice) ->
     elif choice not in ("auto", "required"):
         raise ValueError(f"tool_choice: 'auto', 'none', 'required' or a function, not {choice!r}")
     return list(tools)
+
+
+def _fills(target: Model, tokens: list[int]) -> bool:
+    """Whether a prompt asks for a middle in the model's own FIM tokens (an editor writes them itself)."""
+    middle = target.fim_tokens()[2]
+    return middle >= 0 and middle in tokens
 
 
 def _grammar(

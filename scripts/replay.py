@@ -6,6 +6,7 @@ by a rerun of the models. Two steps:
 
     python scripts/replay.py record scripts/replay-answers.json   # greedy target-alone answers (loads the target)
     python scripts/replay.py replay scripts/replay-answers.json   # the estimate, per prompt (pure Python)
+    python scripts/replay.py record --fim -n 128 scripts/replay-fim.json   # an editor's autocomplete requests
 
 `record` stores each bench prompt's tokens, the target's greedy answer and this machine's measured
 verify curve; `replay` walks each answer the way the engine would: the planner picks a draft, the
@@ -24,23 +25,27 @@ from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel
 
 
-def record(out: Path, max_tokens: int) -> None:
-    """Greedy answers of the built-in bench prompts, with the tokenizer's pieces the line-joiner needs."""
+def record(out: Path, max_tokens: int, fim: bool = False) -> None:
+    """Greedy answers of the built-in bench prompts (or its fill-in-the-middle ones), with the tokenizer's
+    pieces the line-joiner needs."""
     from localspec.core.sampling import SamplerSettings
     from localspec.decoding.engine import Engine
     from localspec.decoding.loader import RunConfig, load_models
     from localspec.drafting.calibration import load_costs
-    from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
-    from localspec.llama.template import chat_tokens
+    from localspec.frontends.bench_prompts import BUILTIN_PROMPTS, FIM_PROMPTS
+    from localspec.llama.template import chat_tokens, fim_tokens
 
     target, _ = load_models(RunConfig(no_draft=True))
     cost = load_costs(target, None)
     rows = []
-    for p in BUILTIN_PROMPTS:
-        prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
+    for p in FIM_PROMPTS if fim else BUILTIN_PROMPTS:
+        if fim:
+            prompt = fim_tokens(target, p["prompt"], p["suffix"])
+        else:
+            prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
         engine, answer = Engine(target, [], SamplerSettings(temperature=0), 0, 0), []
-        "".join(piece.text for piece in engine.generate(prompt, max_tokens, completion=answer))
-        rows.append({"task": p["task"], "prompt": prompt, "answer": answer})
+        "".join(piece.text for piece in engine.generate(prompt, max_tokens, completion=answer, fill=fim))
+        rows.append({"task": p["task"], "prompt": prompt, "answer": answer, "fill": fim})
         print(f"{p['task']}: {len(prompt)} prompt tokens, {len(answer)} answer tokens", flush=True)
     used = {t for r in rows for t in r["prompt"] + r["answer"]}
     pieces = {str(t): target.piece(t).decode("latin-1") for t in used}
@@ -72,7 +77,7 @@ def replay(path: Path, curve: Path | None = None) -> list[dict[str, float | int 
         drafter = Copier(LineJoin(lambda t: pieces.get(t, b"?"), tokenize), piece=lambda t: pieces.get(t, b""))
         planner = Planner([drafter], k=None, cost=cost)
         prompt, answer = row["prompt"], row["answer"]
-        drafter.start(len(prompt))
+        drafter.start(len(prompt), fill=row.get("fill", False))
         ctx, i, seconds, passes, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
         while i < len(answer):
             plan = planner.plan(ctx, len(answer) - i - 1) if i else NONE  # the engine emits the first token at once
@@ -117,12 +122,13 @@ def main() -> None:
     rec = sub.add_parser("record", help="record greedy answers (loads the target)")
     rec.add_argument("out", type=Path)
     rec.add_argument("-n", "--max-tokens", type=int, default=400)
+    rec.add_argument("--fim", action="store_true", help="the fill-in-the-middle prompts (an editor's autocomplete)")
     rep = sub.add_parser("replay", help="replay recorded answers through the copier")
     rep.add_argument("answers", type=Path)
     rep.add_argument("--curve", type=Path, help="a JSON mapping of batch size to verify seconds")
     args = parser.parse_args()
     if args.command == "record":
-        record(args.out, args.max_tokens)
+        record(args.out, args.max_tokens, args.fim)
     else:
         report(replay(args.answers, args.curve))
 

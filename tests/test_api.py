@@ -15,6 +15,7 @@ from conftest import assert_same_tokens
 from localspec import LocalSpec
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Drafter, register
+from localspec.drafting.copier import Copier
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,3 +137,18 @@ def test_tools_and_grammars_through_the_api(target_path: Path, draft_path: Path)
         spec.generate("hi", response_format={"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}})
     with pytest.raises(ValueError, match="logprobs"):
         spec.generate("hi", logprobs=21)
+
+
+def test_a_fill_in_the_middle_is_known_by_its_suffix_or_its_tokens(target_path: Path) -> None:
+    """The copier trusts the context less in a middle (new code beside it) than in an answer that rewrites it:
+    the API says which it is, from a suffix or from the model's own FIM tokens in a raw prompt."""
+    spec = LocalSpec.load(str(target_path), draft="copier", ctx=2048)
+    copier = spec.engine.drafter("copier")
+    assert isinstance(copier, Copier)
+    for prompt, options, fill in [
+        ("def double(x):\n", {"suffix": "\nprint(double(2))\n"}, True),
+        ("<|fim_prefix|>def double(x):\n<|fim_suffix|>\nprint(double(2))\n<|fim_middle|>", {"raw": True}, True),
+        ("def double(x):\n", {"raw": True}, False),
+    ]:
+        spec.generate(prompt, temperature=0, max_tokens=4, **options).result()
+        assert copier.quotes_input is not fill

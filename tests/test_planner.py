@@ -308,3 +308,16 @@ def test_under_a_grammar_values_quoted_from_the_input_are_copied_field_after_fie
     fresh = Copier()
     fresh.start(len(prompt))
     assert resumed[0] > fresh.stats.holds(0, 1, 1)[0]  # a resumed field is trusted more than a fresh short match
+
+
+def test_a_middle_trusts_a_short_copy_of_its_context_as_little_as_an_echo() -> None:
+    """Fill-in-the-middle: the middle is new code beside its context, so a short match there is mostly a
+    sibling's likeness, not a quote."""
+    phrase = [7, 8, 9, 10, 11, 12, 13, 14]
+    quote, middle = Copier(), Copier()
+    prompt = [1, 2, *phrase, 3]
+    quote.start(len(prompt))
+    middle.start(len(prompt), fill=True)
+    ctx = [*prompt, 4, 7, 8, 9]
+    assert quote.propose(ctx, 5) == middle.propose(ctx, 5) == [10, 11, 12, 13, 14]
+    assert quote.holds(5) and middle.holds(5) == []  # a 3-token likeness: not worth a verify in a middle

@@ -141,12 +141,14 @@ class Engine:
         grammar: Constraint | None = None,
         logprobs: list[TokenLogprob] | None = None,
         top_logprobs: int = 0,
+        fill: bool = False,
     ) -> Iterator[Piece]:
         """Stream the completion of `prompt`; `stats`, `completion` and `logprobs` (the caller's) fill in
         as it goes (`logprobs` with `top_logprobs` alternatives at each token).
 
         `drafters` join the engine's own for this generation only (a prediction of the output, say);
-        `grammar` constrains the output (a fresh Constraint, at the grammar's start).
+        `grammar` constrains the output (a fresh Constraint, at the grammar's start); `fill` says the prompt is
+        a fill-in-the-middle's (the output is new text between its prefix and suffix).
         """
         start = time.perf_counter()
         st = Stats() if stats is None else stats
@@ -154,7 +156,7 @@ class Engine:
         out = [] if completion is None else completion
         self.planner.drafters = [*drafters, *self.drafters]
         for d in self.planner.drafters:
-            d.start(len(prompt))
+            d.start(len(prompt), fill=fill)
         stream, ctx = TextStream(stops), list(prompt)
         self._prefill(ctx, st)
         self._grammar, self._top_logprobs = grammar, None if logprobs is None else top_logprobs

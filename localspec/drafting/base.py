@@ -29,8 +29,9 @@ class Drafter(ABC):
     # all of it, as a certain token costs less in any batch than in a round of its own later
     certain: ClassVar[bool] = False
 
-    def start(self, prompt_len: int) -> None:
-        """A new generation begins; its output follows the first prompt_len tokens of the context."""
+    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+        """A new generation begins; its output follows the first prompt_len tokens of the context. With `fill`
+        it fills a gap in that context (fill-in-the-middle): new text beside it, not a rewrite of it."""
 
     def reset(self) -> None:
         """Forget the context (a new conversation); what was learned about the text may stay."""

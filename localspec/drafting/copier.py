@@ -199,6 +199,7 @@ class Copier(Drafter):
         self.rewrites = Rewrites(join)
         self.stats = BreakStats(decay)
         self.source_end: int | None = None  # where this generation's output starts in the context (None: unknown)
+        self.quotes_input = True  # whether the output may quote its input (not so a fill-in-the-middle's)
         self.plan: list[int] = []  # the continuation the copy predicts
         self.plan_src: list[int] = []  # for each planned token, the source index after it
         self.plan_from = 0  # the source index the plan starts at
@@ -217,9 +218,10 @@ class Copier(Drafter):
     def join_lines(self, value: bool) -> None:
         self.rewrites.join_lines = value
 
-    def start(self, prompt_len: int) -> None:
+    def start(self, prompt_len: int, *, fill: bool = False) -> None:
         """A new generation, whose output follows the first prompt_len tokens of the context."""
         self.source_end = prompt_len
+        self.quotes_input = not fill  # a middle is new code beside its context: copies of it are coincidences
         self.reset()
 
     def reset(self) -> None:
@@ -302,9 +304,12 @@ class Copier(Drafter):
     # ---- the drafter protocol ----------------------------------------------------------------
     @property
     def _side(self) -> int:
-        """Which statistics the current copy uses: 0 for one from the input, 1 for the output's own text, 2 for
-        one resumed under a grammar near where the last copy broke."""
-        return 2 if self.resumed else int(self.source_end is not None and self.plan_from >= self.source_end)
+        """Which statistics the current copy uses: 0 for one from the input, 1 for the output's own text (or
+        for any copy in a fill-in-the-middle, whose likeness to its context is as incidental), 2 for one
+        resumed under a grammar near where the last copy broke."""
+        if self.resumed:
+            return 2
+        return int(not self.quotes_input or (self.source_end is not None and self.plan_from >= self.source_end))
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return self.holds(len(self.propose(ctx, k_max)))

@@ -40,7 +40,7 @@ class PredictionDrafter(Drafter):
         proposal = self.copier.propose(self._view(ctx), k_max)
         return proposal[: proposal.index(_EDGE)] if _EDGE in proposal else proposal
 
-    def start(self, prompt_len: int) -> None:
+    def start(self, prompt_len: int, *, fill: bool = False) -> None:
         self._prompt_len = prompt_len
         self.copier.start(len(self.prediction) + 2)  # the prediction is the copier's "input" side
 

@@ -446,3 +446,21 @@ BUILTIN_PROMPTS: list[dict[str, Any]] = [
     },
     STRUCTURED_PROMPT,
 ]
+
+
+def _fim(task: str, module: str, line: int, removed: int = 3) -> dict[str, Any]:
+    """An editor's autocomplete request: the caret at `line` of `module`, the `removed` lines after it gone (the
+    middle the model writes), the rest of the file as the suffix."""
+    lines = module.splitlines(keepends=True)
+    return {"task": task, "prompt": "".join(lines[:line]), "suffix": "".join(lines[line + removed :])}
+
+
+# Fill-in-the-middle: three lines taken out of a function body in each module, as an editor sends them.
+FIM_PROMPTS: list[dict[str, Any]] = [
+    _fim("fim-refill", _RENAME, 24),
+    _fim("fim-wait", _RENAME, 44),
+    _fim("fim-add", _CODE, 16),
+    _fim("fim-incr", _BUGGY, 51),
+    _fim("fim-set", _BUGGY, 100),
+    _fim("fim-group", _UNTYPED, 20),
+]
