@@ -39,13 +39,14 @@ def record(out: Path, max_tokens: int, fim: bool = False) -> None:
     cost = load_costs(target, None)
     rows = []
     for p in FIM_PROMPTS if fim else BUILTIN_PROMPTS:
-        if fim:
+        fill = p.get("suffix") is not None
+        if fill:
             prompt = fim_tokens(target, p["prompt"], p["suffix"])
         else:
             prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
         engine, answer = Engine(target, [], SamplerSettings(temperature=0), 0, 0), []
-        "".join(piece.text for piece in engine.generate(prompt, max_tokens, completion=answer, fill=fim))
-        rows.append({"task": p["task"], "prompt": prompt, "answer": answer, "fill": fim})
+        "".join(piece.text for piece in engine.generate(prompt, max_tokens, completion=answer, fill=fill))
+        rows.append({"task": p["task"], "prompt": prompt, "answer": answer, "fill": fill})
         print(f"{p['task']}: {len(prompt)} prompt tokens, {len(answer)} answer tokens", flush=True)
     used = {t for r in rows for t in r["prompt"] + r["answer"]}
     pieces = {str(t): target.piece(t).decode("latin-1") for t in used}

@@ -165,6 +165,7 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     prompts.write_text(
         '{"task": "rename", "prompt": "Rename a to b: def f(a):\\n    return a * 2"}\n{"prompt": "Say hello."}\n'
         '{"task": "json", "prompt": "A greeting as JSON.", "response_format": {"type": "json_object"}}\n'
+        '{"task": "fim", "prompt": "def double(x):\\n", "suffix": "\\nprint(double(2))\\n"}\n'
     )
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     proc = run_cli(
@@ -174,8 +175,8 @@ def test_bench_end_to_end_writes_json_and_png(target_path, draft_path, tmp_path)
     data = json.loads(out_json.read_text())
     strategies = {r["strategy"] for r in data["rows"]}
     assert {"target-only", "draft_model k=2", "draft_model k=4", "draft_model k=8", "copier k=32", "auto"} <= strategies
-    assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2", "json"}
-    assert sum(r["strategy"] != LOOKUP for r in data["rows"]) == 3 * 6  # one row each
+    assert {r["task"] for r in data["rows"]} == {"rename", "prompt-2", "json", "fim"}
+    assert sum(r["strategy"] != LOOKUP for r in data["rows"]) == 4 * 6  # one row each
     assert not any(r["strategy"] == LOOKUP and r["task"] == "json" for r in data["rows"])  # it takes no grammar
     auto = next(r for r in data["rows"] if r["strategy"] == "auto" and r["task"] == "rename")
     assert 13 <= auto["completion_tokens"] <= 24  # two interleaved rounds of at most 12 tokens, summed

@@ -21,7 +21,7 @@ from localspec.decoding.loader import RunConfig
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model
-from localspec.llama.template import chat_tokens
+from localspec.llama.template import chat_tokens, fim_tokens
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ LOOKUP = "llama-cpp-python prompt lookup"
 
 def load_prompts(path: Path | None) -> list[dict[str, Any]]:
     """The built-in prompt set, or a JSONL file of {"prompt": ..., "task": optional name, "response_format":
-    optional, OpenAI's}."""
+    optional, OpenAI's, "suffix": optional, a fill-in-the-middle's}."""
     if path is None:
         from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
 
@@ -69,6 +69,7 @@ def load_prompts(path: Path | None) -> list[dict[str, Any]]:
                 "task": str(r.get("task", f"prompt-{i + 1}")),
                 "prompt": str(r["prompt"]),
                 "response_format": r.get("response_format"),
+                "suffix": r.get("suffix"),
             }
             for i, r in enumerate(rows)
         ]
@@ -294,7 +295,10 @@ def run_bench(
     notes: list[str] = []
     sampler, seed = base.sampler, base.seed or 0
     for p in prompts:
-        prompt = chat_tokens(twin, [{"role": "user", "content": p["prompt"]}])
+        if p.get("suffix") is not None:
+            prompt = fim_tokens(twin, p["prompt"], p["suffix"])
+        else:
+            prompt = chat_tokens(twin, [{"role": "user", "content": p["prompt"]}])
         totals = {st.name: Totals() for st in strategies}
         for r in range(repeat):
             for st in strategies[r % len(strategies) :] + strategies[: r % len(strategies)]:
@@ -308,6 +312,7 @@ def run_bench(
                     **dataclasses.asdict(sampler),
                     seed=seed,
                     response_format=p.get("response_format"),
+                    suffix=p.get("suffix"),
                 )
                 stats = gen.stats
                 run = _Timed(iter(gen))

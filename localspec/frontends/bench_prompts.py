@@ -1,5 +1,5 @@
 """The built-in bench prompt set: code edits of three shapes, summaries, open chats, short prompts, new code,
-and JSON extracted under a schema."""
+JSON extracted under a schema, and an editor's fill-in-the-middle autocomplete."""
 
 from __future__ import annotations
 
@@ -402,6 +402,24 @@ STRUCTURED_PROMPT: dict[str, Any] = {
 }
 
 
+def _fim(task: str, module: str, line: int, removed: int = 3) -> dict[str, Any]:
+    """An editor's autocomplete request: the caret at `line` of `module`, the `removed` lines after it gone (the
+    middle the model writes), the rest of the file as the suffix."""
+    lines = module.splitlines(keepends=True)
+    return {"task": task, "prompt": "".join(lines[:line]), "suffix": "".join(lines[line + removed :])}
+
+
+# Fill-in-the-middle: three lines taken out of a function body in each module, as an editor sends them.
+FIM_PROMPTS: list[dict[str, Any]] = [
+    _fim("fim-refill", _RENAME, 24),
+    _fim("fim-wait", _RENAME, 44),
+    _fim("fim-add", _CODE, 16),
+    _fim("fim-incr", _BUGGY, 51),
+    _fim("fim-set", _BUGGY, 100),
+    _fim("fim-group", _UNTYPED, 20),
+]
+
+
 BUILTIN_PROMPTS: list[dict[str, Any]] = [
     {
         "task": "edit-rename",
@@ -445,22 +463,5 @@ BUILTIN_PROMPTS: list[dict[str, Any]] = [
         "(date, description, amount) and returns the total amount per month, with a docstring and type hints.",
     },
     STRUCTURED_PROMPT,
-]
-
-
-def _fim(task: str, module: str, line: int, removed: int = 3) -> dict[str, Any]:
-    """An editor's autocomplete request: the caret at `line` of `module`, the `removed` lines after it gone (the
-    middle the model writes), the rest of the file as the suffix."""
-    lines = module.splitlines(keepends=True)
-    return {"task": task, "prompt": "".join(lines[:line]), "suffix": "".join(lines[line + removed :])}
-
-
-# Fill-in-the-middle: three lines taken out of a function body in each module, as an editor sends them.
-FIM_PROMPTS: list[dict[str, Any]] = [
-    _fim("fim-refill", _RENAME, 24),
-    _fim("fim-wait", _RENAME, 44),
-    _fim("fim-add", _CODE, 16),
-    _fim("fim-incr", _BUGGY, 51),
-    _fim("fim-set", _BUGGY, 100),
-    _fim("fim-group", _UNTYPED, 20),
+    FIM_PROMPTS[3],  # an editor's autocomplete (fim-incr: the longest middle)
 ]
