@@ -40,7 +40,7 @@ class FixedList(Drafter):
     def __init__(self, tokens: list[int]) -> None:
         self.tokens, self.prompt_len = tokens, 0
 
-    def start(self, prompt_len: int) -> None:
+    def start(self, prompt_len: int, *, fill: bool = False) -> None:
         self.prompt_len = prompt_len
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
