@@ -115,9 +115,10 @@ class Model:
                 n_threads_batch=n_threads,
                 n_gpu_layers=n_gpu_layers,
                 flash_attn=flash_attn,
-                # On CPU llama.cpp repacks the weights into its own buffers
-                # anyway; mmap would then hold a second copy of them in RSS.
-                use_mmap=n_gpu_layers > 0,
+                # On CPU llama.cpp repacks the weights into its own buffers, and mmap would then hold a
+                # second copy of them in RSS; without the repacked buffers (AMX machines) the mapped file is
+                # the only copy, and a load maps it instead of reading it (Q8_0 1.5B: 1.54 -> 0.36 s warm).
+                use_mmap=n_gpu_layers > 0 or amx_weights_disabled(),
                 logits_all=False,
                 verbose=False,
             )
