@@ -14,6 +14,7 @@ The CLI, the chat REPL and the bench are built on it.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Generator, Sequence
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ from localspec.core.sampling import InvariantSampling, SamplerSettings, TokenLog
 from localspec.core.stats import Piece, Stats
 from localspec.core.tool_calls import ToolCall, call_grammar, parse_tool_calls
 from localspec.decoding.engine import Engine
-from localspec.decoding.loader import RunConfig, draft_model_of, load_engine
+from localspec.decoding.loader import RunConfig, draft_drafter, load_engine
 from localspec.drafting.base import Drafter
 from localspec.drafting.calibration import save_costs
 from localspec.drafting.copier import LineJoin
@@ -133,8 +134,8 @@ class Generation:
 class LocalSpec:
     """A loaded target (and draft) with speculative decoding; generations run one at a time."""
 
-    def __init__(self, engine: Engine, config: RunConfig) -> None:
-        self.engine, self.config = engine, config
+    def __init__(self, engine: Engine, config: RunConfig, load_seconds: float = 0.0) -> None:
+        self.engine, self.config, self.load_seconds = engine, config, load_seconds
 
     @classmethod
     def load(
@@ -187,7 +188,9 @@ class LocalSpec:
     @classmethod
     def from_config(cls, config: RunConfig) -> LocalSpec:
         """Load a pair from a RunConfig (what the frontends build from their options)."""
-        return cls(load_engine(config), config)
+        t0 = time.perf_counter()
+        engine = load_engine(config)
+        return cls(engine, config, time.perf_counter() - t0)
 
     @property
     def notes(self) -> list[str]:
@@ -297,9 +300,19 @@ class LocalSpec:
         )
 
     def save_costs(self) -> None:
-        """Keep what this session learned about the machine's decode costs for the next run."""
-        if self.engine.cost is not None:
-            save_costs(self.engine.target, draft_model_of(self.engine), self.engine.cost)
+        """Keep what this session learned about the machine's decode costs for the next run, and settle its
+        choice about the draft model (once: the session's load and generating time is what the user spent)."""
+        engine, drafter = self.engine, draft_drafter(self.engine)
+        if engine.cost is not None:
+            save_costs(
+                engine.target,
+                drafter.model if drafter else None,
+                engine.cost,
+                engine.draft_choice,
+                seconds=self.load_seconds + engine.busy_seconds,
+                trial_seconds=drafter.trial_seconds if drafter else 0.0,
+            )
+            engine.draft_choice = None
 
 
 def _tools_in_use(tools: Sequence[dict[str, Any]] | None, choice: ToolChoice) -> list[dict[str, Any]]:

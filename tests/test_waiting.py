@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 from conftest import assert_same_tokens, run_cli
 
+from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
 from localspec.decoding.conversation import Conversation
 from localspec.decoding.loader import RunConfig, default_threads, draft_model_of, load_engine
 from localspec.drafting.calibration import model_key, save_costs
 from localspec.drafting.costs import CostModel
-from localspec.drafting.draft_model import DraftModelDrafter, model_can_win
+from localspec.drafting.decision import DraftDecision
+from localspec.drafting.draft_model import DraftModelDrafter, margin, model_can_win
 from localspec.frontends.doctor import draft_verdict
 
 GREEDY = SamplerSettings(temperature=0)
@@ -25,17 +27,17 @@ GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0
 def _write_costs(
     cache: Path, target: Path, draft: Path | None, curve: dict[int, float], draft_token: float, ctx: int = 4096
 ) -> None:
-    """A costs.json as calibration would write it for this pair under the default settings (with its verdict);
-    without a draft, as a run that never measured one writes it."""
+    """A costs.json as a run that measured this pair writes it under the default settings (its decision just
+    settled by its margin); without a draft, as a run that never measured one writes it."""
     settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": ctx}
     entry: dict = {"verify": {str(n): s for n, s in curve.items()}}
     if draft is not None:
         dkey = model_key(draft, **settings)
-        wins = model_can_win(CostModel(dict(curve), draft=draft_token, draft_prefill=draft_token / 8))
+        cost = CostModel(dict(curve), draft=draft_token, draft_prefill=draft_token / 8)
         entry |= {
             "draft": {dkey: draft_token},
             "draft_prefill": {dkey: draft_token / 8},
-            "calibrated_wins": {dkey: wins},
+            "decisions": {dkey: DraftDecision(uses=model_can_win(cost), margin=margin(cost)).to_json()},
         }
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "costs.json").write_text(json.dumps({model_key(target, **settings): entry}))
@@ -138,3 +140,37 @@ def test_json_times_add_up(target_path: Path, draft_path: Path) -> None:
     assert out["first_token_seconds"] <= ttft
     parts = load + out["prefill_seconds"] + out["wall_seconds"]
     assert parts <= total and total - parts < max(0.05 * total, 0.3)  # tokenizing the prompt is the rest
+
+
+@pytest.mark.slow
+def test_a_try_drafts_in_the_answer_and_settles_the_decision(
+    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision due for a try (its wait over, its budget earned): the draft model is loaded and drafts its trial
+    rounds in the answer, which equals the target alone's; nothing is measured before it; saving settles the
+    decision with the margin its own decodes measured, and a try that kept it out is not repeated next run."""
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
+    _write_costs(tmp_path, target_path, None, CPU_CURVE, draft_token=0.0)
+    store = json.loads((tmp_path / "costs.json").read_text())
+    settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": 4096}
+    dkey = model_key(draft_path, **settings)
+    next(iter(store.values()))["decisions"] = {dkey: DraftDecision(runs=3, user_seconds=1e4).to_json()}
+    next(iter(store.values()))["verify"] = {"1": CPU_CURVE[1]}  # only one size learned: the size bound allows a try
+    (tmp_path / "costs.json").write_text(json.dumps(store))
+    spec = LocalSpec.load(gpu_layers=0, draft_gpu_layers=0)
+    draft = draft_model_of(spec.engine)
+    assert draft is not None and draft.n_decoded == 0 and any("tried" in n for n in spec.notes), spec.notes
+    prompt = "def add(a, b):\n    return a + b\n\n# add(2, 3) =="
+    run = spec.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    run.result()
+    assert run.stats.drafted_by.get("draft_model", 0) >= 4
+    alone = LocalSpec.load(gpu_layers=0, no_draft=True)
+    want = alone.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    want.result()
+    assert_same_tokens(alone.engine.target, run.prompt_tokens, run.tokens, want.tokens)
+    spec.save_costs()
+    kept = next(iter(json.loads((tmp_path / "costs.json").read_text()).values()))["decisions"][dkey]
+    assert kept["margin"] is not None and kept["last_try"] > 0 and kept["runs"] == 0
+    if not kept["uses"]:
+        again = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+        assert draft_model_of(again) is None

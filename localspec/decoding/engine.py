@@ -22,6 +22,7 @@ from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
 from localspec.decoding.planner import NONE, Plan, Planner
 from localspec.drafting.base import Drafter
+from localspec.drafting.calibration import DraftChoice
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull, Model
@@ -60,6 +61,8 @@ class Engine:
         self.planner = Planner(self.drafters, k=k, cost=cost)
         self.sampling = InvariantSampling(seed)
         self.notes: list[str] = []  # one-line remarks for the user (a draft model left out, say)
+        self.draft_choice: DraftChoice | None = None  # what loading chose about a draft model (settled on save)
+        self.busy_seconds = 0.0  # spent generating (prefill and decode), all generations
         self._pending = np.empty((0, target.n_vocab), np.float32)  # target logits already computed
         self._grammar: Constraint | None = None  # this generation's
         self._top_logprobs: int | None = None  # this generation's: log-probabilities with so many alternatives
@@ -202,6 +205,7 @@ class Engine:
                 st.first_token_seconds = time.perf_counter() - start
             st.target_seconds = self.target.decode_seconds - target0
             st.draft_seconds = self._draft_seconds() - draft0
+            self.busy_seconds += time.perf_counter() - start
 
     def _draft_seconds(self) -> float:
         return sum(d.seconds for d in self.planner.drafters)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,18 +92,20 @@ def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
 def load_engine(cfg: RunConfig) -> Engine:
     """Models, measured costs (for automatic k) and a seeded engine for cfg.
 
-    Under automatic k the draft model is loaded only where its costs say it can beat the target alone
-    here (calibration.decide_draft: a first run here answers without it); engine.notes says when it
-    was left out.
+    Under automatic k the draft model is loaded only where its kept decision says so, or for a rare try
+    (calibration.decide_draft: a first run here answers without it); engine.notes says when it was left
+    out, and engine.draft_choice is settled when the costs are saved.
     """
     target_path, draft_path = cfg.paths()
     if cfg.draft != "auto":  # a draft the user named is checked at once; the default one before it is loaded
         check_pair(target_path, draft_path)
+    t0 = time.perf_counter()
     target = _load(cfg, target_path, cfg.gpu_layers)
+    loaded_in = time.perf_counter() - t0
     auto = cfg.k is None and not cfg.target_alone
     cost = target_costs(target) if auto else None
     notes: list[str] = []
-    draft = None
+    draft, choice = None, None
     if draft_path is not None:
 
         def load_draft() -> Model:
@@ -114,25 +117,35 @@ def load_engine(cfg: RunConfig) -> Engine:
         else:
             layers = gpu_layers(cfg.draft_gpu_layers)
             key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
-            cost, draft, notes = decide_draft(target, draft_path, key, load_draft, cost)
+            draft, notes, choice = decide_draft(target, draft_path, key, load_draft, cost, loaded_in)
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
-        target, draft, copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER), cost=cost
+        target,
+        draft,
+        copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER),
+        cost=cost,
+        trial=choice is not None and choice.choice == "try",
     )
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed  # each generation may set its own
     engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, seed, cost=cost)
-    engine.notes = notes
+    engine.notes, engine.draft_choice = notes, choice
     return engine
 
 
 def make_drafters(
-    target: Model, draft: Model | None = None, *, copier: bool = False, cost: CostModel | None = None
+    target: Model,
+    draft: Model | None = None,
+    *,
+    copier: bool = False,
+    cost: CostModel | None = None,
+    trial: bool = False,
 ) -> list[Drafter]:
-    """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model."""
+    """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model (on
+    trial: drafting a few rounds whatever its price, to be measured)."""
     drafters: list[Drafter] = []
     if copier:
         drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
     if draft is not None:
-        drafters.append(DraftModelDrafter(draft, cost))
+        drafters.append(DraftModelDrafter(draft, cost, trial=trial))
     return drafters
 
 
@@ -142,6 +155,12 @@ def _registered(name: str, target: Model) -> Drafter:
     return REGISTRY[name](target)
 
 
+def draft_drafter(engine: Engine) -> DraftModelDrafter | None:
+    """The engine's drafter of a draft model, if it has one."""
+    return next((d for d in engine.drafters if isinstance(d, DraftModelDrafter)), None)
+
+
 def draft_model_of(engine: Engine) -> Model | None:
     """The draft model an engine drafts with, if it has one."""
-    return next((d.model for d in engine.drafters if isinstance(d, DraftModelDrafter)), None)
+    drafter = draft_drafter(engine)
+    return drafter.model if drafter else None

@@ -7,14 +7,16 @@ win here is known before the draft is loaded.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from localspec.drafting.costs import CostModel
-from localspec.drafting.draft_model import PROBE_ALPHA, WIN_MARGIN, model_can_win
+from localspec.drafting.decision import Choice, DraftDecision
+from localspec.drafting.draft_model import PROBE_ALPHA, TRIAL_K, TRIAL_ROUNDS, WIN_MARGIN, margin, model_can_win
+from localspec.files import read_json, update_json
 from localspec.llama.model import Model
 from localspec.paths import cache_dir
 
@@ -67,33 +69,43 @@ def measure_draft(draft: Model, cost: CostModel) -> None:
     draft.trim(len(base))
 
 
-def _store() -> dict[str, Any]:
-    try:
-        data = json.loads((cache_dir() / "costs.json").read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def _path() -> Path:
+    return cache_dir() / "costs.json"
 
 
-def calibrated_verdict(target: Model, draft_key: str) -> bool | None:
-    """Whether the draft model could win here when the pair was last measured afresh (None: not recorded)."""
-    verdict = _store().get(_key(target), {}).get("calibrated_wins", {}).get(draft_key)
-    return verdict if isinstance(verdict, bool) else None
+def _entry(store: dict[str, Any], target_key: str) -> dict[str, Any]:
+    """A target's entry in the store; {} where it is missing or of the wrong shape."""
+    entry = store.get(target_key)
+    return entry if isinstance(entry, dict) else {}
+
+
+def _seconds(table: Any, key: str) -> float | None:
+    value = table.get(key) if isinstance(table, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def cached_costs(target_key: str, draft_key: str | None = None) -> CostModel | None:
-    """The cached costs of a target (and a draft model next to it) by their keys; None when not measured yet."""
-    entry = _store().get(target_key)
-    if not entry or not entry.get("verify"):
+    """The cached costs of a target (and a draft model next to it) by their keys; None when not measured yet
+    (or kept in a shape this version cannot read)."""
+    entry = _entry(read_json(_path()), target_key)
+    table = entry.get("verify")
+    curve = {int(n): s for n in table if n.isdigit() and (s := _seconds(table, n))} if isinstance(table, dict) else {}
+    if not curve:
         return None
-    cost = CostModel({int(n): float(s) for n, s in entry["verify"].items()})
+    cost = CostModel(curve)
     if draft_key is not None:
-        seconds = entry.get("draft", {}).get(draft_key)
-        if not seconds:
+        seconds = _seconds(entry.get("draft"), draft_key)
+        if seconds is None:
             return None
-        cost.draft = float(seconds)
-        cost.draft_prefill = float(entry.get("draft_prefill", {}).get(draft_key, seconds))
+        cost.draft = seconds
+        cost.draft_prefill = _seconds(entry.get("draft_prefill"), draft_key) or seconds
     return cost
+
+
+def kept_decision(target_key: str, draft_key: str) -> DraftDecision:
+    """The kept decision of `target_key` on the draft model `draft_key` (a fresh one where none is kept)."""
+    decisions = _entry(read_json(_path()), target_key).get("decisions")
+    return DraftDecision.from_json(decisions.get(draft_key) if isinstance(decisions, dict) else None)
 
 
 def target_costs(target: Model) -> CostModel:
@@ -121,7 +133,7 @@ def load_costs(target: Model, draft: Model | None) -> CostModel:
         save_costs(target, None, cost)
     if draft is not None and not cached_draft_costs(target, _key(draft), cost):
         measure_draft(draft, cost)
-        save_costs(target, draft, cost, calibrated=True)
+        save_costs(target, draft, cost)
     return cost
 
 
@@ -130,7 +142,7 @@ def calibrate(target: Model, draft: Model | None) -> CostModel:
     cost = _measure_target(target)
     if draft is not None:
         measure_draft(draft, cost)
-    save_costs(target, draft, cost, calibrated=True)
+    save_costs(target, draft, cost)
     return cost
 
 
@@ -142,46 +154,69 @@ def size_bound(target_path: Path, draft_path: Path) -> float:
 
 
 def by_size(target_path: Path, draft_path: Path, cost: CostModel) -> CostModel:
-    """The target's costs with a draft token at its size bound (what a draft model not yet measured may cost)."""
-    return CostModel(cost.curve(), draft=size_bound(target_path, draft_path) * cost.verify_cost(1))
+    """The best a draft model not measured yet may cost here: a draft token at its size bound, and batches
+    larger than any measured no dearer than the largest measured (as a GPU's nearly flat curve)."""
+    curve = cost.curve()
+    curve.setdefault(CALIBRATION_SIZES[-1], max(curve.values()))
+    return CostModel(curve, draft=size_bound(target_path, draft_path) * cost.verify_cost(1))
+
+
+@dataclass
+class DraftChoice:
+    """What one run (or session) chose about a draft model; settled into the kept decision by save_costs."""
+
+    draft_key: str
+    choice: Choice
+    decision: DraftDecision
+    load_seconds: float = 0.0  # the draft model's load, where it was loaded
 
 
 def decide_draft(
-    target: Model, draft_path: Path, draft_key: str, load_draft: Callable[[], Model], cost: CostModel
-) -> tuple[CostModel, Model | None, list[str]]:
-    """The one decision whether to use a draft model: (costs, the loaded draft or None, notes for the user).
+    target: Model, draft_path: Path, draft_key: str, load_draft: Callable[[], Model], cost: CostModel, loaded_in: float
+) -> tuple[Model | None, list[str], DraftChoice]:
+    """The one decision whether a run uses a draft model: (the loaded draft or None, notes, the choice).
 
-    It is loaded only where its costs say it can beat the target alone here even at PROBE_ALPHA acceptance.
-    A first run (no target costs yet) answers without it and learns the target's costs; later, a draft that
-    cannot win even at the cost its size bounds it by is never loaded, and one that might is loaded once and
-    measured with the target's whole curve. Where what was learned since disagrees with the verdict of the
-    last fresh measurement (a busy hour once made a CPU's draft model look like a winner), or says it wins
-    where no verdict was kept, both are measured afresh before the learned costs are trusted, and the notes
-    say so.
+    Nothing is measured for it: a first run here answers without it and learns the target's costs; a draft
+    model that cannot win even at the cost its size bounds it by is never loaded; otherwise the kept
+    DraftDecision says whether it is used, or tried in this answer (rarely, within its budget: priced at its
+    size bound, its first decodes measure it). `loaded_in` is the target's load time (a try's cost is
+    estimated from it by file size).
     """
-    name = draft_path.name
+    name, decision = draft_path.name, kept_decision(_key(target), draft_key)
+    kept = cost.measured and cached_draft_costs(target, draft_key, cost)
     if not cost.measured:
-        return cost, None, [f"draft model {name} not loaded: this first run here learns the target's costs first"]
-    draft, notes = None, []
-    if not cached_draft_costs(target, draft_key, cost):
-        if not model_can_win(by_size(target.path, draft_path, cost)):
-            return cost, None, [f"draft model {name} {cannot_win(size_reason(target.path, draft_path))}"]
-        draft = load_draft()
-        cost = calibrate(target, draft)  # the whole curve too: a verdict kept from a partly learned one would drift
-    elif model_can_win(cost) != (calibrated_verdict(target, draft_key) or False):  # no verdict kept: trust a loss
-        draft = load_draft()
-        learned = "a winner" if model_can_win(cost) else "a loser"
-        cost = calibrate(target, draft)
-        notes.append(
-            f"the learned costs had drifted from this machine's last measurement (the draft model looked like "
-            f"{learned}): measured afresh"
-        )
-    if model_can_win(cost):
-        return cost, draft or load_draft(), notes
-    notes.append(
-        f"draft model {name} {cannot_win(f'a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes')}"
-    )
-    return cost, None, notes
+        choice: Choice = "skip"
+        notes = [f"draft model {name} not loaded: this first run here learns the target's costs first"]
+    elif not kept and not model_can_win(by_size(target.path, draft_path, cost)):
+        choice, notes = "skip", [f"draft model {name} {cannot_win(size_reason(target.path, draft_path))}"]
+    else:
+        choice = decision.choice(try_estimate(size_bound(target.path, draft_path), cost, loaded_in))
+        notes = []
+        if choice == "skip":
+            notes = [
+                f"draft model {name} {cannot_win(draft_ratio(cost)) if kept else 'not loaded: not tried here yet'}"
+            ]
+        elif choice == "try":
+            notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
+    if choice == "skip":
+        return None, notes, DraftChoice(draft_key, choice, decision)
+    t0 = time.perf_counter()
+    draft = load_draft()
+    if choice == "try":
+        cost.guess_draft(size_bound(target.path, draft_path) * cost.verify_cost(1))
+    return draft, notes, DraftChoice(draft_key, choice, decision, time.perf_counter() - t0)
+
+
+def try_estimate(draft_decodes: float, cost: CostModel, loaded_in: float) -> float:
+    """What a first try of a draft model may cost here: its load (at most the target's, `loaded_in`) and its
+    trial rounds, each TRIAL_K draft tokens (`draft_decodes` target decodes each) and a larger batch than the
+    target alone's (priced by the curve, guessed high where not measured)."""
+    one = cost.verify_cost(1)
+    return loaded_in + TRIAL_ROUNDS * (TRIAL_K * draft_decodes * one + cost.verify_cost(TRIAL_K + 1) - one)
+
+
+def draft_ratio(cost: CostModel) -> str:
+    return f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"
 
 
 def size_reason(target_path: Path, draft_path: Path) -> str:
@@ -196,24 +231,41 @@ def cannot_win(why: str) -> str:
     )
 
 
-def save_costs(target: Model, draft: Model | None, cost: CostModel, *, calibrated: bool = False) -> None:
-    """Keep the learned quiet costs for the next run (never the session's load); never fails the caller.
-
-    `calibrated`: these costs were just measured afresh; their verdict on the draft model is kept too."""
-    if not cost.measured:
+def save_costs(
+    target: Model,
+    draft: Model | None,
+    cost: CostModel,
+    choice: DraftChoice | None = None,
+    *,
+    seconds: float = 0.0,
+    trial_seconds: float = 0.0,
+) -> None:
+    """Keep the learned quiet costs for the next run (never the session's load), and settle `choice` into
+    its kept decision: the user spent `seconds` on the session, and a try of the draft model cost its load
+    and `trial_seconds` (its trial rounds beyond the target alone's time). Never fails the caller."""
+    if not cost.measured and choice is None:
         return
-    store = _store()
-    entry = store.setdefault(_key(target), {})
-    entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
-    if draft is not None:
-        entry.setdefault("draft", {})[_key(draft)] = cost.draft
-        entry.setdefault("draft_prefill", {})[_key(draft)] = cost.draft_prefill
-        if calibrated:
-            entry.setdefault("calibrated_wins", {})[_key(draft)] = model_can_win(cost)
-    try:
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        tmp = cache_dir() / "costs.json.tmp"
-        tmp.write_text(json.dumps(store, indent=1))
-        tmp.replace(cache_dir() / "costs.json")
-    except OSError:
-        pass
+    known = cost.draft > 0 and not cost.draft_guessed  # measured here, now or by a run before
+    if choice is not None:
+        choice.decision.settle(
+            choice.choice,
+            margin=margin(cost) if known and cost.measured else None,
+            seconds=seconds,
+            try_seconds=choice.load_seconds + max(trial_seconds, 0.0),
+        )
+
+    def change(store: dict[str, Any]) -> None:
+        entry = store[_key(target)] = _entry(store, _key(target))
+        if cost.measured:
+            entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
+        if known and draft is not None:
+            for table, value in (("draft", cost.draft), ("draft_prefill", cost.draft_prefill)):
+                if not isinstance(entry.get(table), dict):
+                    entry[table] = {}
+                entry[table][_key(draft)] = value
+        if choice is not None:
+            if not isinstance(entry.get("decisions"), dict):
+                entry["decisions"] = {}
+            entry["decisions"][choice.draft_key] = choice.decision.to_json()
+
+    update_json(_path(), change)

@@ -36,6 +36,7 @@ class CostModel:
     ema: float = 0.3  # weight of a new measurement in the scale (the machine's speed now) ...
     shape_ema: float = 0.05  # ... and in a quiet slowdown of the kept costs (steady hardware: learned slowly)
     scale: float = 1.0
+    draft_guessed: bool = False  # `draft` is a guess (a draft model on trial): its first measurement replaces it
     _ns: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -108,9 +109,26 @@ class CostModel:
             self._ns = sorted(self.verify)
         self.bound()
 
+    def guess_draft(self, seconds_per_token: float) -> None:
+        """Price a draft model not measured yet (or on a fresh trial) at a guess its first decodes replace."""
+        self.draft, self.draft_prefill, self.draft_guessed = seconds_per_token, 0.0, True
+        self.bound()
+
     def observe_draft(self, seconds_per_token: float) -> None:
-        """Fold a measured draft token into its kept quiet cost (compared as measured, never rescaled)."""
-        self.draft = self._learned(self.draft, seconds_per_token, self.shape_ema) if self.draft else seconds_per_token
+        """Fold a measured draft token into its kept quiet cost (compared as measured; the first one after a
+        guess replaces it, divided by the machine's slowdown now)."""
+        if self.draft_guessed or not self.draft:
+            self.draft, self.draft_guessed = seconds_per_token / self.scale, False
+        else:
+            self.draft = self._learned(self.draft, seconds_per_token, self.shape_ema)
+        self.bound()
+
+    def observe_draft_prefill(self, seconds_per_token: float) -> None:
+        """Fold a measured catch-up of the draft model (a batch, seconds per token) into its kept cost."""
+        if self.draft_guessed or not self.draft_prefill:
+            self.draft_prefill = seconds_per_token / self.scale
+        else:
+            self.draft_prefill = self._learned(self.draft_prefill, seconds_per_token, 0.5)
         self.bound()
 
     def bound(self) -> None:

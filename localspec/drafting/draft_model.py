@@ -23,6 +23,10 @@ PROBE_ALPHA = 0.9  # the acceptance rate a probe hopes for: a good draft on easy
 # reads high. A Q8_0 target on a 2-core EPYC promised 1.15-1.30x and ran the decode at 1.0x (0.93x end to
 # end); where it wins (a Q8_0 or F16 target on an Intel Xeon: 1.75-1.94x decode, a GPU) it promises more.
 WIN_MARGIN = 1.25
+# A draft model on trial (calibration.decide_draft) drafts TRIAL_K tokens in this many rounds where nothing
+# else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
+TRIAL_ROUNDS, TRIAL_K = 4, 4
+_CATCH_UP = 16  # the fewest tokens of a catch-up whose time per token is taken for the draft's batched cost
 
 
 @dataclass
@@ -47,15 +51,21 @@ class Acceptance:
         return [a**j for j in range(1, k_max + 1)]
 
 
+def margin(cost: CostModel, *, room: int = 16, setup: float = 0.0) -> float:
+    """How far a draft model with these costs clears WIN_MARGIN at PROBE_ALPHA: its promised speedup over the
+    target alone (amortizing `setup` seconds over `room` tokens) divided by WIN_MARGIN; 0 where no k wins."""
+    survival = [PROBE_ALPHA**j for j in range(1, min(room, DraftModelDrafter.max_k) + 1)]
+    k, rate = best_k(survival, cost, cost.draft_token)
+    return amortized(rate, setup, room) * cost.verify_cost(1) / WIN_MARGIN if k else 0.0
+
+
 def model_can_win(cost: CostModel, *, room: int = 16, setup: float = 0.0) -> bool:
     """Whether a draft model with these costs would beat the target alone by WIN_MARGIN at PROBE_ALPHA.
 
     On a CPU, where a batch of k tokens costs nearly k single decodes, it never does with a Q4_K target:
     the draft model is then not worth loading at all.
     """
-    survival = [PROBE_ALPHA**j for j in range(1, min(room, DraftModelDrafter.max_k) + 1)]
-    k, rate = best_k(survival, cost, cost.draft_token)
-    return k > 0 and amortized(rate, setup, room) > WIN_MARGIN / cost.verify_cost(1)
+    return margin(cost, room=room, setup=setup) > 1
 
 
 class DraftModelDrafter(Drafter):
@@ -68,11 +78,14 @@ class DraftModelDrafter(Drafter):
     name = "draft_model"
     max_k: ClassVar[int] = 16
 
-    def __init__(self, model: Model, cost: CostModel | None = None) -> None:
+    def __init__(self, model: Model, cost: CostModel | None = None, *, trial: bool = False) -> None:
         self.model, self.cost = model, cost
         self.acceptance = Acceptance()
+        self.trial_rounds = TRIAL_ROUNDS if trial else 0  # on trial: drafts TRIAL_K this often, to be measured
+        self.trial_seconds = 0.0  # what its trial rounds cost beyond the target alone's time for their tokens
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
-        self._probing = False
+        self._probing = self._trying = False
+        self._round_start = 0.0
 
     def reset(self) -> None:
         self.model.reset()
@@ -91,6 +104,9 @@ class DraftModelDrafter(Drafter):
         return max(behind, 0) * cost.draft_prefill_token
 
     def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
+        if self.trial_rounds > 0:
+            self.trial_rounds, self._trying = self.trial_rounds - 1, True
+            return min(TRIAL_K, room)
         if self._since < self.probe_every or not model_can_win(cost, room=room, setup=self.setup_seconds(ctx, cost)):
             return 0
         self._probing = True
@@ -98,11 +114,14 @@ class DraftModelDrafter(Drafter):
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         out: list[int] = []
+        self._round_start = time.perf_counter()
         for _ in range(k):
             t0, n0 = time.perf_counter(), self.model.n_decoded
             logits = self.model.sync(ctx + out)[-1]  # catches up on ctx first when behind
-            if self.cost is not None and self.model.n_decoded - n0 == 1:
+            if self.cost is not None and (n := self.model.n_decoded - n0) == 1:
                 self.cost.observe_draft(time.perf_counter() - t0)
+            elif self.cost is not None and n >= _CATCH_UP:
+                self.cost.observe_draft_prefill((time.perf_counter() - t0) / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
         return out
 
@@ -111,10 +130,14 @@ class DraftModelDrafter(Drafter):
             self._since += 1
             return
         self.acceptance.observe(drafted, accepted)
-        if self._probing and self.cost is not None:
+        if self._trying and self.cost is not None:  # the round's time less the target alone's for its tokens
+            alone = (accepted + 1) * self.cost.verify_cost(1)
+            self.trial_seconds += time.perf_counter() - self._round_start - alone
+        elif self._probing and self.cost is not None:
             won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_token)[0] > 0
             self.probe_every = 8 if won else min(2 * self.probe_every, 256)
-        self._probing, self._since = False, 0
+        self._probing = self._trying = False
+        self._since = 0
 
     def rewind(self, n: int) -> None:
         self.model.trim(min(len(self.model.tokens), n))

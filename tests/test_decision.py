@@ -1,0 +1,160 @@
+"""The draft-model decision over many runs: hysteresis, the exploration budget, kept state, shared files."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localspec.drafting.decision import BUDGET, MAX_WAIT, NOISE, DraftDecision
+from localspec.files import read_json, update_json
+
+TRACE = Path(__file__).parent.parent / "scripts" / "margin-trace.json"
+
+
+def _history(margins: list[float], seconds: float = 20.0, try_cost: float = 1.5) -> tuple[list[str], list[bool]]:
+    """Choices and verdicts of a run per margin measured where the draft model is loaded (a skipped run
+    recomputes the margin from the kept costs: the last one measured)."""
+    d, choices, verdicts, kept = DraftDecision(), [], [], None
+    for i, m in enumerate(margins):
+        choice = d.choice(try_cost)
+        measured = m if choice != "skip" else kept
+        if choice != "skip":
+            kept = m
+        d.settle(choice, margin=None if i == 0 else measured, seconds=seconds, try_seconds=try_cost)
+        d = DraftDecision.from_json(json.loads(json.dumps(d.to_json())))  # saved and loaded between runs
+        choices.append(choice)
+        verdicts.append(d.uses)
+    return choices, verdicts
+
+
+def _flips(verdicts: list[bool]) -> int:
+    return sum(a != b for a, b in itertools.pairwise(verdicts))
+
+
+def test_the_recorded_borderline_history_tries_once_and_keeps_its_verdict() -> None:
+    """Margins measured by repeated tries of the draft model with a Q8_0 target (scripts/margin_noise.py):
+    replayed as ten runs from a fresh cache, at most one run tries it, and the verdict never moves after."""
+    trace = json.loads(TRACE.read_text())
+    margins = [r["margin"] for r in trace["runs"]]
+    seconds = [r["seconds"] for r in trace["runs"]]
+    history = (margins * 3)[:10]
+    choices, verdicts = _history(history, seconds=min(seconds), try_cost=max(r["try"] for r in trace["runs"]))
+    assert choices.count("try") <= 1, choices
+    first = choices.index("try") if "try" in choices else len(choices)
+    assert _flips(verdicts[first:]) <= 1 and len(set(verdicts[first + 1 :])) <= 1, verdicts
+
+
+def test_the_noise_band_covers_the_measured_spread() -> None:
+    """NOISE is at least twice the recorded tries' range of margins."""
+    summary = json.loads(TRACE.read_text())["summary"]
+    assert 2 * summary["range"] <= NOISE, summary
+
+
+@pytest.mark.parametrize("true_margin", [0.9, 0.95, 1.0, 1.05, 1.1, 1.15])
+def test_a_noisy_margin_near_the_threshold_never_oscillates(true_margin: float) -> None:
+    """400 runs with a margin measured at sd 0.03 around values near 1: the verdict moves at most once, and
+    the tries' cost stays under the budget at every run."""
+    rng = random.Random(7)
+    d, verdicts, kept = DraftDecision(), [], None
+    for i in range(400):
+        choice = d.choice(1.0)
+        if choice != "skip":
+            kept = true_margin + rng.gauss(0, 0.03)
+        d.settle(choice, margin=kept if i else None, seconds=15.0, try_seconds=rng.uniform(0.5, 2.0))
+        verdicts.append(d.uses)
+        assert d.try_seconds <= BUDGET * d.user_seconds + 1e-9
+    assert _flips(verdicts) <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.2, 300.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0)),
+        min_size=1,
+        max_size=120,
+    )
+)
+def test_tries_cost_under_the_budget_on_any_history(runs: list[tuple[float, float, float]]) -> None:
+    """Runs of any length, tries costing up to twice the last one (or the estimate), margins anywhere: the
+    seconds spent on tries never pass BUDGET of the user's seconds, and no two runs in a row are tries."""
+    d, last, estimate = DraftDecision(), "skip", 1.0
+    for i, (seconds, margin, cost_share) in enumerate(runs):
+        choice = d.choice(estimate)
+        cost = cost_share * (d.last_try if d.last_try is not None else estimate)
+        d.settle(choice, margin=margin if i else None, seconds=seconds, try_seconds=cost)
+        assert d.try_seconds <= BUDGET * d.user_seconds + 1e-9
+        assert not (choice == last == "try")
+        last = choice
+
+
+def test_a_loser_is_tried_less_and_less_often() -> None:
+    """A draft model that keeps losing is tried at doubling intervals, up to MAX_WAIT runs apart."""
+    d, tries = DraftDecision(), []
+    for i in range(2000):
+        choice = d.choice(0.1)
+        d.settle(choice, margin=0.5 if i else None, seconds=20.0, try_seconds=0.1)
+        if choice == "try":
+            tries.append(i)
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert gaps == sorted(gaps) and max(gaps) <= MAX_WAIT + 1 and len(tries) < 40
+    assert not d.uses
+
+
+def test_a_winner_found_by_a_try_is_used_until_it_clearly_loses() -> None:
+    d = DraftDecision(runs=5, user_seconds=1000.0)
+    assert d.choice(1.0) == "try"
+    d.settle("try", margin=1.2, seconds=20.0, try_seconds=1.0)
+    assert d.uses and d.choice(1.0) == "use"
+    for m in (1.05, 0.95, 1 - NOISE + 0.01):
+        d.settle("use", margin=m, seconds=20.0)
+        assert d.uses
+    d.settle("use", margin=1 - NOISE - 0.01, seconds=20.0)
+    assert not d.uses
+
+
+@pytest.mark.parametrize("data", [None, "one", 0.0, [], {"uses": "yes", "runs": -3, "wait": 1.5, "margin": "x"}])
+def test_a_damaged_decision_starts_afresh(data: object) -> None:
+    assert DraftDecision.from_json(data) == DraftDecision()
+
+
+def _bump(path: str, worker: int, n: int) -> None:
+    for i in range(n):
+        update_json(Path(path), lambda store, i=i: store.__setitem__(f"{worker}-{i}", i))
+
+
+def test_four_processes_updating_one_file_lose_nothing(tmp_path: Path) -> None:
+    """4 processes x 150 read-change-write cycles on one JSON file: every entry is there, the file whole."""
+    path = tmp_path / "costs.json"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_bump, args=(str(path), w, 150)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    data = json.loads(path.read_text())
+    assert len(data) == 600 and all(data[f"{w}-{i}"] == i for w in range(4) for i in range(150))
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"a": ', b"null", b"\xff\xfe", b"[1, 2]"])
+def test_a_damaged_file_is_set_aside_and_rebuilt(tmp_path: Path, damage: bytes) -> None:
+    path = tmp_path / "costs.json"
+    path.write_bytes(damage)
+    assert read_json(path) == {}
+    assert (tmp_path / "costs.json.damaged").read_bytes() == damage and not path.exists()
+    assert update_json(path, lambda store: store.__setitem__("k", 1))
+    assert json.loads(path.read_text()) == {"k": 1}
+
+
+def test_an_unwritable_folder_is_a_note_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert not update_json(blocker / "costs.json", lambda store: None)
+    assert "could not write" in capsys.readouterr().err
