@@ -179,8 +179,8 @@ def decide_draft(
     Nothing is measured for it: a first run here answers without it and learns the target's costs; a draft
     model that cannot win even at the cost its size bounds it by is never loaded; otherwise the kept
     DraftDecision says whether it is used, or tried in this answer (rarely, within its budget: priced at its
-    size bound, its first decodes measure it). `loaded_in` is the target's load time (a try's cost is
-    estimated from it by file size).
+    size bound, its first decodes measure it). `loaded_in` is the target's load time (a bound on the draft
+    model's, in a try's estimated cost).
     """
     name, decision = draft_path.name, kept_decision(_key(target), draft_key)
     kept = cost.measured and cached_draft_costs(target, draft_key, cost)
@@ -202,7 +202,7 @@ def decide_draft(
         return None, notes, DraftChoice(draft_key, choice, decision)
     t0 = time.perf_counter()
     draft = load_draft()
-    if choice == "try":
+    if choice == "try" or not kept:  # priced at its size bound until its first decodes measure it
         cost.guess_draft(size_bound(target.path, draft_path) * cost.verify_cost(1))
     return draft, notes, DraftChoice(draft_key, choice, decision, time.perf_counter() - t0)
 
