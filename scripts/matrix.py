@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from pairs import fresh_cache, run
 
 from localspec.frontends.bench_prompts import BUILTIN_PROMPTS, CUSTOMER_SCHEMA, STRUCTURED_PROMPT
 from localspec.llama.model import requantize
@@ -49,28 +49,9 @@ def target_file(quant: str) -> Path:
     return requantize(src, src.with_name(f"{stem}-{quant}.gguf"), quant.upper())
 
 
-def generate(target: Path, prompt: str, flags: list[str], cache: Path, tokens: int) -> dict[str, Any]:
-    """One whole `localspec generate` process: its wall time, time to first token, peak RSS and what it did."""
-    cmd = [sys.executable, "-m", "localspec", "generate", "--json", "--seed", "1", "-n", str(tokens)]
-    env = dict(os.environ, LOCALSPEC_CACHE_DIR=str(cache))
-    t0 = os.times().elapsed
-    proc = subprocess.Popen(
-        [*cmd, "--target", str(target), *flags, prompt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
-    )
-    out = proc.stdout.read() if proc.stdout else b""
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = os.times().elapsed - t0
-    if status != 0:
-        raise SystemExit(f"localspec generate {' '.join(flags)} failed ({status})")
-    record = json.loads(out)
-    return {
-        "wall": wall,
-        "ttft": record["time_to_first_token"],
-        "rss_mb": usage.ru_maxrss / 1024,
-        "tokens": record["completion_tokens"],
-        "draft": record["draft"] is not None,
-        "decode_tps": record["tokens_per_second"],
-    }
+def generate(target: Path, prompt: str, flags: list[str], cache: Path | str, tokens: int) -> dict[str, Any]:
+    """One whole `localspec generate` process of `target` in the cost cache `cache` (pairs.run)."""
+    return run(["--target", str(target), *flags], prompt, tokens, 1, str(cache))
 
 
 def busy_loops() -> list[subprocess.Popen[bytes]]:
@@ -118,7 +99,7 @@ def main() -> None:
                     got = {}
                     for way in ("default", "no-draft") if i % 2 == 0 else ("no-draft", "default"):
                         flags = extra.get(name, []) + (["--no-draft"] if way == "no-draft" else [])
-                        run_cache = Path(tempfile.mkdtemp(prefix="localspec-fresh-")) if history == "fresh" else cache
+                        run_cache = fresh_cache() if history == "fresh" else cache
                         got[way] = generate(target, PROMPTS[name], flags, run_cache, args.max_tokens)
                     rows.append(got)
                 cell = {
@@ -128,7 +109,7 @@ def main() -> None:
                     "ratio": statistics.median(r["no-draft"]["wall"] / r["default"]["wall"] for r in rows),
                     "ttft_ratio": statistics.median(r["no-draft"]["ttft"] / r["default"]["ttft"] for r in rows),
                     "rss_delta_mb": statistics.median(r["default"]["rss_mb"] - r["no-draft"]["rss_mb"] for r in rows),
-                    "draft_loaded": sum(r["default"]["draft"] for r in rows),
+                    "draft_loaded": sum(r["default"]["draft_loaded"] for r in rows),
                     "pairs": rows,
                 }
                 cells.append(cell)

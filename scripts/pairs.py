@@ -19,20 +19,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from typing import Any
 
 
-def run(flags: str, prompt: str, max_tokens: int, seed: int, fresh: bool = False) -> dict[str, float]:
+def run(flags: Sequence[str], prompt: str, max_tokens: int, seed: int, cache: str | None = None) -> dict[str, Any]:
+    """One whole `localspec generate --json` process with extra `flags` (in its own cost cache where `cache` is
+    given): its wall time, time to first token, peak RSS (wait4), tokens and whether a draft model was loaded."""
     cmd = [sys.executable, "-m", "localspec", "generate", "--json", "-n", str(max_tokens), "--seed", str(seed)]
-    env = dict(os.environ, LOCALSPEC_CACHE_DIR=tempfile.mkdtemp(prefix="localspec-fresh-")) if fresh else None
+    env = dict(os.environ, LOCALSPEC_CACHE_DIR=cache) if cache else None
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [*cmd, *shlex.split(flags), prompt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
-    )
+    proc = subprocess.Popen([*cmd, *flags, prompt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     out = proc.stdout.read() if proc.stdout else b""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if status != 0:
-        raise SystemExit(f"localspec generate {flags} failed ({status})")
+        raise SystemExit(f"localspec generate {' '.join(flags)} failed ({status})")
     record = json.loads(out)
     return {
         "wall": wall,
@@ -41,6 +43,11 @@ def run(flags: str, prompt: str, max_tokens: int, seed: int, fresh: bool = False
         "tokens": record["completion_tokens"],
         "draft_loaded": record["draft"] is not None,
     }
+
+
+def fresh_cache() -> str:
+    """An empty cost cache: a run in it is the first on a new machine."""
+    return tempfile.mkdtemp(prefix="localspec-fresh-")
 
 
 def main() -> None:
@@ -57,7 +64,12 @@ def main() -> None:
     rows = []
     for i in range(args.pairs):
         order = (a, b) if i % 2 == 0 else (b, a)
-        got = {flags: run(flags, args.prompt, args.max_tokens, args.seed, args.fresh) for flags in order}
+        got = {
+            flags: run(
+                shlex.split(flags), args.prompt, args.max_tokens, args.seed, fresh_cache() if args.fresh else None
+            )
+            for flags in order
+        }
         for key in ratios:
             ratios[key].append(got[b][key] / got[a][key])  # > 1: way A is faster
         rows.append(got)
