@@ -413,34 +413,47 @@ def test_no_way_in_from_a_web_page(server: Server) -> None:
     assert httpx.get(models, headers={"Origin": "http://localhost:3000"}).status_code == 200  # a local web UI
 
 
+def _post_and_hold(server: Server, body: dict[str, object]) -> socket.socket:
+    """A non-streamed request sent on a raw socket that the test closes when it chooses (a client leaving)."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + data)
+    return sock
+
+
 def test_a_client_that_leaves_before_its_answer_frees_the_server(server: Server) -> None:
-    """Non-streamed requests whose clients time out stop at the next round, or never start when still queued."""
+    """A non-streamed request whose client leaves stops at the next round; a queued one leaves the queue at
+    once, while the first still runs, and never starts."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Write a very long story about the sea."}],
         "max_tokens": 1000,
         "temperature": 0,
     }
-    before = server.log_path.read_text().count(" 499 ")
-    errors: list[Exception] = []
 
-    def impatient() -> None:
-        try:
-            httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=4)
-        except httpx.TimeoutException as e:
-            errors.append(e)
+    def health() -> dict[str, object]:
+        return dict(httpx.get(f"{server.url}/health").json())
 
-    clients = [threading.Thread(target=impatient) for _ in range(2)]  # the second waits in the queue, then leaves
-    for c in clients:
-        c.start()
-    for c in clients:
-        c.join(timeout=60)
-    assert len(errors) == 2, errors
-    _wait_for(lambda: server.log_path.read_text().count(" 499 ") >= before + 2, "both 499 lines")
-    gone = [line for line in server.log_path.read_text().splitlines() if " 499 " in line][before:]
-    cuts = [int(line.split(" after ")[1].split()[0]) for line in gone]
-    assert max(cuts) < 400 and min(cuts) == 0, gone  # one stopped mid-answer, the queued one never started
-    _wait_for(lambda: not httpx.get(f"{server.url}/health").json()["busy"], "the worker to be free")
+    def gone() -> list[str]:
+        return [line for line in server.log_path.read_text().splitlines() if " 499 " in line]
+
+    before = len(gone())
+    running = _post_and_hold(server, body)
+    _wait_for(lambda: health()["busy"], "the first request to run")
+    queued = _post_and_hold(server, body)
+    _wait_for(lambda: health()["waiting"] == 1, "the second request to queue")
+    queued.close()
+    _wait_for(lambda: len(gone()) == before + 1, "the queued request's 499 line")
+    assert gone()[-1].endswith("after 0 tokens"), gone()  # it never started
+    assert health() | {"model": None} == {"status": "ok", "model": None, "waiting": 0, "busy": True}
+    running.close()
+    _wait_for(lambda: len(gone()) == before + 2, "the running request's 499 line")
+    assert int(gone()[-1].split(" after ")[1].split()[0]) < 400, gone()  # stopped far short of its 1000 tokens
+    _wait_for(lambda: not health()["busy"], "the worker to be free")
 
 
 # ---- agents and structured output -------------------------------------------------------------------

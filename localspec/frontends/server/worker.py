@@ -48,6 +48,23 @@ class Worker:
                 headers={"Retry-After": "2"},
             )
 
+    async def _turn(self, left: asyncio.Event) -> None:
+        """Wait for the lock; a client that goes away meanwhile leaves the queue at once (ClientGone)."""
+        turn = asyncio.ensure_future(self.lock.acquire())
+        gone = asyncio.ensure_future(left.wait())
+        try:
+            await asyncio.wait((turn, gone), return_when=asyncio.FIRST_COMPLETED)
+            if left.is_set():
+                raise ClientGone
+        except BaseException:  # gone, or this task cancelled: the turn passes to the next waiter
+            if turn.done() and not turn.cancelled():
+                self.lock.release()
+            else:
+                turn.cancel()
+            raise
+        finally:
+            gone.cancel()
+
     async def stream(
         self, start: Callable[[], Generation], left: asyncio.Event
     ) -> AsyncGenerator[Piece | Generation, None]:
@@ -58,13 +75,11 @@ class Worker:
         self.admit()
         self.waiting += 1
         try:
-            await self.lock.acquire()
+            await self._turn(left)
         finally:
             self.waiting -= 1
         pieces: Generator[Piece, None, None] | None = None
         try:
-            if left.is_set():
-                raise ClientGone
             run = await self.call(start)
             yield run
             pieces = iter(run)  # a generator: closing it ends the generation
