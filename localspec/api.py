@@ -306,7 +306,7 @@ class LocalSpec:
         if engine.cost is not None:
             save_costs(
                 engine.target,
-                drafter.model if drafter else None,
+                drafter.loaded if drafter else None,
                 engine.cost,
                 engine.draft_choice,
                 seconds=self.load_seconds + engine.busy_seconds,

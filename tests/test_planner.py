@@ -14,7 +14,7 @@ from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
 
 def _model(cost: CostModel | None, cached: list[int] | None = None) -> DraftModelDrafter:
     """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded."""
-    return DraftModelDrafter(SimpleNamespace(tokens=cached or []), cost)  # type: ignore[arg-type]
+    return DraftModelDrafter(SimpleNamespace(tokens=cached or [], path="draft.gguf"), cost)  # type: ignore[arg-type]
 
 
 CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft=0.026)

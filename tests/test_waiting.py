@@ -12,7 +12,7 @@ from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
 from localspec.decoding.conversation import Conversation
-from localspec.decoding.loader import RunConfig, default_threads, draft_model_of, load_engine
+from localspec.decoding.loader import RunConfig, default_threads, draft_drafter, load_engine
 from localspec.drafting.calibration import model_key, save_costs
 from localspec.drafting.costs import CostModel
 from localspec.drafting.decision import DraftDecision
@@ -53,7 +53,7 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
     written = (tmp_path / "costs.json").read_text()
     engine = load_engine(RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0))
     assert json.loads((tmp_path / "costs.json").read_text()).keys() == json.loads(written).keys()  # nothing measured
-    assert draft_model_of(engine) is None and [d.name for d in engine.drafters] == ["copier"]
+    assert draft_drafter(engine) is None and [d.name for d in engine.drafters] == ["copier"]
     assert any("not loaded" in note for note in engine.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
     stats = Stats()
@@ -70,7 +70,7 @@ def test_a_first_run_answers_at_once_and_learns(
     against this CPU's curve, is not loaded either (nothing is loaded to be measured)."""
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     engine = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
-    assert engine.target.n_decoded == 0 and draft_model_of(engine) is None
+    assert engine.target.n_decoded == 0 and draft_drafter(engine) is None
     assert any("first run" in note for note in engine.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
     assert "".join(p.text for p in engine.generate(prompt, 12))
@@ -81,32 +81,34 @@ def test_a_first_run_answers_at_once_and_learns(
     del engine
     _write_costs(tmp_path, target_path, None, CPU_CURVE, draft_token=0.0)
     again = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
-    assert draft_model_of(again) is None and any("by its size" in note for note in again.notes), again.notes
+    assert draft_drafter(again) is None and any("by its size" in note for note in again.notes), again.notes
     assert draft_verdict(target_path, draft_path, default_threads()).startswith("not loaded: here it cannot beat")
 
 
 @pytest.mark.slow
-def test_a_draft_model_that_can_win_is_loaded_but_not_prefilled(
+def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A draft model in use is loaded when it first drafts (after the answer's first token), and catches up on
+    the whole conversation then."""
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, draft_path, GPU_CURVE, draft_token=0.002)
     engine = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))
-    draft = draft_model_of(engine)
-    assert draft is not None and not engine.notes
-    # First turn with the target alone: the draft model's cache stays empty.
+    drafter = draft_drafter(engine)
+    assert drafter is not None and drafter.loaded is None and not engine.notes
+    # First turn with the target alone: the draft model is not even loaded.
     conv = Conversation(engine, max_tokens=40)
     engine.k = 0
     first = "".join(p.text for p in conv.reply("Name three prime numbers."))
-    assert first and draft.n_decoded == 0
-    # Second turn under automatic k: the draft catches up late, on the whole conversation, and the
-    # greedy reply is still the target's own.
+    assert first and drafter.loaded is None
+    # Second turn under automatic k: the draft is loaded and catches up late, on the whole conversation, and
+    # the greedy reply is still the target's own.
     engine.k = None
     second_prompt = conv._fit({"role": "user", "content": "Now list them in reverse order, one per line."})
-    drafted_before = draft.n_decoded
     "".join(p.text for p in conv.reply("Now list them in reverse order, one per line."))
     got = conv.messages[-1]["tokens"]
-    assert draft.n_decoded - drafted_before > len(second_prompt) // 2  # its catch-up covered the conversation
+    assert drafter.loaded is not None
+    assert drafter.loaded.n_decoded > len(second_prompt) // 2  # its catch-up covered the conversation
     assert conv.last is not None and conv.last.drafted > 0
     engine.k = 0
     engine.target.reset()
@@ -123,7 +125,7 @@ def test_setup_cost_is_priced_against_the_tokens_left() -> None:
     from localspec.drafting.costs import CostModel
 
     cost = CostModel(dict(GPU_CURVE), draft=0.002, draft_prefill=0.0004)
-    drafter = DraftModelDrafter(SimpleNamespace(tokens=[]), cost)  # type: ignore[arg-type]
+    drafter = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), cost)  # type: ignore[arg-type]
     planner = Planner([drafter], k=None, cost=cost)
     ctx = list(range(2000))
     assert planner.plan(ctx, room=8).drafter is None
@@ -158,12 +160,13 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     next(iter(store.values()))["verify"] = {"1": CPU_CURVE[1]}  # only one size learned: the size bound allows a try
     (tmp_path / "costs.json").write_text(json.dumps(store))
     spec = LocalSpec.load(gpu_layers=0, draft_gpu_layers=0)
-    draft = draft_model_of(spec.engine)
-    assert draft is not None and draft.n_decoded == 0 and any("tried" in n for n in spec.notes), spec.notes
+    drafter = draft_drafter(spec.engine)
+    assert drafter is not None and drafter.loaded is None and any("tried" in n for n in spec.notes), spec.notes
     prompt = "def add(a, b):\n    return a + b\n\n# add(2, 3) =="
     run = spec.generate(prompt, raw=True, temperature=0, max_tokens=24)
     run.result()
-    assert run.stats.drafted_by.get("draft_model", 0) >= 4
+    assert run.stats.drafted_by.get("draft_model", 0) >= 4 and drafter.loaded is not None
+    assert spec.engine.draft_choice is not None and spec.engine.draft_choice.load_seconds > 0
     alone = LocalSpec.load(gpu_layers=0, no_draft=True)
     want = alone.generate(prompt, raw=True, temperature=0, max_tokens=24)
     want.result()
@@ -173,4 +176,4 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     assert kept["margin"] is not None and kept["last_try"] > 0 and kept["runs"] == 0
     if not kept["uses"]:
         again = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
-        assert draft_model_of(again) is None
+        assert draft_drafter(again) is None

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Engine
 from localspec.drafting.base import REGISTRY, Drafter
-from localspec.drafting.calibration import decide_draft, model_key, target_costs
+from localspec.drafting.calibration import DraftChoice, decide_draft, model_key, target_costs
 from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
@@ -92,9 +93,10 @@ def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
 def load_engine(cfg: RunConfig) -> Engine:
     """Models, measured costs (for automatic k) and a seeded engine for cfg.
 
-    Under automatic k the draft model is loaded only where its kept decision says so, or for a rare try
-    (calibration.decide_draft: a first run here answers without it); engine.notes says when it was left
-    out, and engine.draft_choice is settled when the costs are saved.
+    Under automatic k the draft model is used only where its kept decision says so, or for a rare try
+    (calibration.decide_draft: a first run here answers without it), and loaded at its first draft, after
+    the answer's first token; engine.notes says when it was left out, and engine.draft_choice is settled
+    when the costs are saved.
     """
     target_path, draft_path = cfg.paths()
     if cfg.draft != "auto":  # a draft the user named is checked at once; the default one before it is loaded
@@ -105,25 +107,28 @@ def load_engine(cfg: RunConfig) -> Engine:
     auto = cfg.k is None and not cfg.target_alone
     cost = target_costs(target) if auto else None
     notes: list[str] = []
-    draft, choice = None, None
+    draft: Model | Callable[[], Model] | None = None
+    choice = None
     if draft_path is not None:
-
-        def load_draft() -> Model:
-            check_pair(target_path, draft_path)
-            return _load(cfg, draft_path, cfg.draft_gpu_layers)
-
-        if cost is None:
-            draft = load_draft()
-        else:
+        check = cfg.draft == "auto"  # the default draft is checked against the target where it is used
+        if cost is not None:
             layers = gpu_layers(cfg.draft_gpu_layers)
             key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
-            draft, notes, choice = decide_draft(target, draft_path, key, load_draft, cost, loaded_in)
+            notes, choice = decide_draft(target, draft_path, key, cost, loaded_in)
+            check = check and choice.choice != "skip"
+        if check:
+            check_pair(target_path, draft_path)
+        if choice is None:
+            draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
+        elif choice.choice != "skip":
+            draft = _timed_load(cfg, draft_path, choice)
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target,
         draft,
         copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER),
         cost=cost,
         trial=choice is not None and choice.choice == "try",
+        draft_path=draft_path,
     )
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed  # each generation may set its own
     engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, seed, cost=cost)
@@ -131,21 +136,36 @@ def load_engine(cfg: RunConfig) -> Engine:
     return engine
 
 
+def _timed_load(cfg: RunConfig, path: Path, choice: DraftChoice) -> Callable[[], Model]:
+    """The draft model's load, deferred to its first draft (after the answer's first token: it delays no
+    first token), its seconds added to what `choice` cost."""
+
+    def load() -> Model:
+        t0 = time.perf_counter()
+        model = _load(cfg, path, cfg.draft_gpu_layers)
+        choice.load_seconds += time.perf_counter() - t0
+        return model
+
+    return load
+
+
 def make_drafters(
     target: Model,
-    draft: Model | None = None,
+    draft: Model | Callable[[], Model] | None = None,
     *,
     copier: bool = False,
     cost: CostModel | None = None,
     trial: bool = False,
+    draft_path: Path | None = None,
 ) -> list[Drafter]:
-    """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model (on
-    trial: drafting a few rounds whatever its price, to be measured)."""
+    """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model (or
+    the function that loads it at its first draft, from `draft_path`; on trial: drafting a few rounds whatever its price, to be
+    measured)."""
     drafters: list[Drafter] = []
     if copier:
         drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
     if draft is not None:
-        drafters.append(DraftModelDrafter(draft, cost, trial=trial))
+        drafters.append(DraftModelDrafter(draft, cost, trial=trial, path=draft_path))
     return drafters
 
 
@@ -160,7 +180,7 @@ def draft_drafter(engine: Engine) -> DraftModelDrafter | None:
     return next((d for d in engine.drafters if isinstance(d, DraftModelDrafter)), None)
 
 
-def draft_model_of(engine: Engine) -> Model | None:
-    """The draft model an engine drafts with, if it has one."""
+def draft_path_of(engine: Engine) -> Path | None:
+    """The file of the draft model an engine drafts with (loaded or not yet), if it has one."""
     drafter = draft_drafter(engine)
-    return drafter.model if drafter else None
+    return drafter.path if drafter else None

@@ -8,7 +8,6 @@ win here is known before the draft is loaded.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,19 +167,20 @@ class DraftChoice:
     draft_key: str
     choice: Choice
     decision: DraftDecision
-    load_seconds: float = 0.0  # the draft model's load, where it was loaded
+    load_seconds: float = 0.0  # the draft model's load, once it was loaded
 
 
 def decide_draft(
-    target: Model, draft_path: Path, draft_key: str, load_draft: Callable[[], Model], cost: CostModel, loaded_in: float
-) -> tuple[Model | None, list[str], DraftChoice]:
-    """The one decision whether a run uses a draft model: (the loaded draft or None, notes, the choice).
+    target: Model, draft_path: Path, draft_key: str, cost: CostModel, loaded_in: float
+) -> tuple[list[str], DraftChoice]:
+    """The one decision whether a run uses a draft model: (notes, the choice: "use", "try" or "skip").
 
     Nothing is measured for it: a first run here answers without it and learns the target's costs; a draft
     model that cannot win even at the cost its size bounds it by is never loaded; otherwise the kept
     DraftDecision says whether it is used, or tried in this answer (rarely, within its budget: priced at its
     size bound, its first decodes measure it). `loaded_in` is the target's load time (a bound on the draft
-    model's, in a try's estimated cost).
+    model's, in a try's estimated cost). The caller loads the draft where the choice is not "skip", and adds
+    the load's seconds to the choice.
     """
     name, decision = draft_path.name, kept_decision(_key(target), draft_key)
     kept = cost.measured and cached_draft_costs(target, draft_key, cost)
@@ -198,13 +198,9 @@ def decide_draft(
             ]
         elif choice == "try":
             notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
-    if choice == "skip":
-        return None, notes, DraftChoice(draft_key, choice, decision)
-    t0 = time.perf_counter()
-    draft = load_draft()
-    if choice == "try" or not kept:  # priced at its size bound until its first decodes measure it
+    if choice != "skip" and (choice == "try" or not kept):  # priced at its size bound until its first decodes
         cost.guess_draft(size_bound(target.path, draft_path) * cost.verify_cost(1))
-    return draft, notes, DraftChoice(draft_key, choice, decision, time.perf_counter() - t0)
+    return notes, DraftChoice(draft_key, choice, decision)
 
 
 def try_estimate(draft_decodes: float, cost: CostModel, loaded_in: float) -> float:

@@ -7,7 +7,9 @@ so a generation that never uses it never pays for its prefill.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
@@ -78,8 +80,19 @@ class DraftModelDrafter(Drafter):
     name = "draft_model"
     max_k: ClassVar[int] = 16
 
-    def __init__(self, model: Model, cost: CostModel | None = None, *, trial: bool = False) -> None:
-        self.model, self.cost = model, cost
+    def __init__(
+        self,
+        model: Model | Callable[[], Model],
+        cost: CostModel | None = None,
+        *,
+        trial: bool = False,
+        path: Path | None = None,
+    ) -> None:
+        """`model`: the draft model, or a function loading it at its first draft (then `path` names its file)."""
+        self._load = model if callable(model) else None
+        self.loaded: Model | None = None if callable(model) else model
+        self.path = path if path is not None else Path(model.path)  # type: ignore[union-attr]
+        self.cost = cost
         self.acceptance = Acceptance()
         self.trial_rounds = TRIAL_ROUNDS if trial else 0  # on trial: drafts TRIAL_K this often, to be measured
         self.trial_seconds = 0.0  # what its trial rounds cost beyond the target alone's time for their tokens
@@ -87,8 +100,17 @@ class DraftModelDrafter(Drafter):
         self._probing = self._trying = False
         self._round_start = 0.0
 
+    @property
+    def model(self) -> Model:
+        """The draft model, loaded now if it was not yet."""
+        if self.loaded is None:
+            assert self._load is not None
+            self.loaded = self._load()
+        return self.loaded
+
     def reset(self) -> None:
-        self.model.reset()
+        if self.loaded is not None:
+            self.loaded.reset()
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return self.acceptance.survival(k_max)
@@ -97,7 +119,7 @@ class DraftModelDrafter(Drafter):
         return cost.draft_token
 
     def setup_seconds(self, ctx: list[int], cost: CostModel) -> float:
-        cached = self.model.tokens
+        cached = self.loaded.tokens if self.loaded is not None else []
         if cached != ctx[: len(cached)]:
             cached = []  # a different context: llama.cpp keeps the common prefix, the estimate errs high
         behind = len(ctx) - 1 - len(cached)  # the last token is decoded anyway, as part of the first draft
@@ -114,11 +136,12 @@ class DraftModelDrafter(Drafter):
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         out: list[int] = []
+        model = self.model  # loaded first, where it was not yet: its load is no part of any timing
         self._round_start = time.perf_counter()
         for _ in range(k):
-            t0, n0 = time.perf_counter(), self.model.n_decoded
-            logits = self.model.sync(ctx + out)[-1]  # catches up on ctx first when behind
-            if self.cost is not None and (n := self.model.n_decoded - n0) == 1:
+            t0, n0 = time.perf_counter(), model.n_decoded
+            logits = model.sync(ctx + out)[-1]  # catches up on ctx first when behind
+            if self.cost is not None and (n := model.n_decoded - n0) == 1:
                 self.cost.observe_draft(time.perf_counter() - t0)
             elif self.cost is not None and n >= _CATCH_UP:
                 self.cost.observe_draft_prefill((time.perf_counter() - t0) / n)
@@ -140,8 +163,9 @@ class DraftModelDrafter(Drafter):
         self._since = 0
 
     def rewind(self, n: int) -> None:
-        self.model.trim(min(len(self.model.tokens), n))
+        if self.loaded is not None:
+            self.loaded.trim(min(len(self.loaded.tokens), n))
 
     @property
     def seconds(self) -> float:
-        return self.model.decode_seconds
+        return self.loaded.decode_seconds if self.loaded is not None else 0.0

@@ -16,7 +16,7 @@ from prompt_toolkit.key_binding import KeyBindings
 
 from localspec.core.sampling import InvariantSampling
 from localspec.decoding.conversation import Conversation
-from localspec.decoding.loader import draft_model_of
+from localspec.decoding.loader import draft_path_of
 from localspec.errors import LocalspecError
 from localspec.settings import CHAT_SETTABLE, SETTINGS
 
@@ -107,7 +107,7 @@ class Repl:
 
     def _toolbar(self) -> str:
         e = self.conv.engine
-        draft = draft_model_of(e)
+        draft = draft_path_of(e)
         names = e.target.name + (f" ← {draft.name}" if draft else " + copies" if e.drafters else " (no draft)")
         last = self.conv.last
         tail = ""

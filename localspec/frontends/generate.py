@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from localspec.api import LocalSpec
-from localspec.decoding.loader import RunConfig, draft_model_of
+from localspec.decoding.loader import RunConfig, draft_path_of
 
 
 def process_started() -> float:
@@ -83,7 +83,7 @@ def run_generate(
     st.load_seconds, st.total_seconds = loaded - started, end - started
     st.time_to_first_token = (first or end) - started
     spec.save_costs()
-    draft = draft_model_of(spec.engine)
+    draft = draft_path_of(spec.engine)
     record = {
         "text": run.text,
         **st.to_dict(),
@@ -94,7 +94,7 @@ def run_generate(
         "min_p": s.min_p,
         "seed": run.seed,
         "target": str(spec.engine.target.path),
-        "draft": str(draft.path) if draft else None,
+        "draft": str(draft) if draft else None,
         "notes": spec.notes,
     }
     if run.logprobs is not None:
