@@ -1,10 +1,11 @@
-"""JSON files that several localspec processes share: read whole or not at all, written atomically under a lock.
+"""Files that localspec writes: read whole or not at all, written atomically, locked where processes share them.
 
-A writer takes the file's lock (a `.lock` beside it, filelock), reads the current contents, changes them and
-replaces the file with a complete new one written under a unique temporary name: two processes never
-lose each other's entries, and a reader never sees half a file. A damaged file (not JSON, or not the shape
-its reader expects) is set aside as `NAME.damaged` and its contents start afresh; nothing raises on a
-cache that cannot be read or written.
+Every file is written under a unique temporary name beside it and moved into place once complete
+(atomic_file), so a reader never sees half a file and a crash leaves the old one. A shared JSON file is
+changed under its lock (a `.lock` beside it, filelock): the writer reads the current contents, changes
+them and replaces the file, so two processes never lose each other's entries. A damaged file (not JSON,
+or not the shape its reader expects) is set aside as `NAME.damaged` with a one-line note and its contents
+start afresh; nothing raises on a cache that cannot be read or written.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from filelock import FileLock, Timeout
 
@@ -38,26 +39,47 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else _set_aside(path)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON, atomically (a unique temporary file in the same folder)."""
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A unique temporary path beside `path` to write (by name), moved onto `path` when the block ends without an
+    error (removed otherwise)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, ensure_ascii=False)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """A file opened for writing ("w" or "wb") under a unique temporary name beside `path`, moved onto `path`
+    when the block ends without an error (removed otherwise)."""
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+        yield f
+
+
+def locked(path: Path, timeout: float = LOCK_SECONDS) -> FileLock:
+    """The cross-process lock of `path` (a `.lock` file beside it); raises filelock.Timeout after `timeout` s."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(f"{path}.lock", timeout=timeout)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as JSON, atomically."""
+    with atomic_file(path) as f:
+        json.dump(data, f, indent=1, ensure_ascii=False)
 
 
 def update_json(path: Path, change: Callable[[dict[str, Any]], None]) -> bool:
     """Apply `change` to the JSON object in `path` under the file's lock and write it back; False (and a
     one-line note on stderr) where the file could not be written, which never fails the caller."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(f"{path}.lock", timeout=LOCK_SECONDS):
+        with locked(path):
             data = read_json(path)
             change(data)
             write_json(path, data)
@@ -67,8 +89,13 @@ def update_json(path: Path, change: Callable[[dict[str, Any]], None]) -> bool:
         return False
 
 
-def _set_aside(path: Path) -> dict[str, Any]:
+def set_aside(path: Path) -> None:
+    """Move a damaged `path` aside as `NAME.damaged` (a one-line note on stderr), so it is rebuilt."""
     with contextlib.suppress(OSError):
         os.replace(path, path.with_name(path.name + ".damaged"))
         print(f"localspec: {path} was damaged; set aside as {path.name}.damaged and rebuilt", file=sys.stderr)
+
+
+def _set_aside(path: Path) -> dict[str, Any]:
+    set_aside(path)
     return {}

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,21 @@ from localspec.llama.model import Model
 GREEDY = SamplerSettings(temperature=0)
 
 
+class Interrupting(io.StringIO):
+    """What the chat prints, which presses Ctrl-C (SIGINT) once `after` characters of a reply came out."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after, self.sent = after, False
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        if not self.sent and len(self.getvalue()) >= self.after:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return n
+
+
 def drive(
     conv: Conversation,
     keys: str,
@@ -31,23 +45,17 @@ def drive(
     color: bool = False,
     history: Path | None = None,
     autosave: Path | None = None,
-    interrupt_after: float | None = None,
+    interrupt_after: int | None = None,
 ) -> str:
-    """Type `keys` into a real Repl (\\r is Enter, \\x03 is Ctrl-C); return what it printed."""
-    out = io.StringIO()
-    timer = threading.Timer(interrupt_after, os.kill, (os.getpid(), signal.SIGINT)) if interrupt_after else None
+    """Type `keys` into a real Repl (\\r is Enter, \\x03 is Ctrl-C); return what it printed. `interrupt_after`:
+    Ctrl-C once so many characters came out."""
+    out = io.StringIO() if interrupt_after is None else Interrupting(interrupt_after)
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
         repl = Repl(
             conv, out=out, color=color, history=history, autosave=autosave, pt_input=pipe, pt_output=DummyOutput()
         )
-        if timer:
-            timer.start()
-        try:
-            repl.run()
-        finally:
-            if timer:
-                timer.cancel()
+        repl.run()
     return out.getvalue()
 
 
@@ -97,9 +105,7 @@ def test_greedy_replies_equal_target_alone(target: Model, draft: Model) -> None:
 def test_ctrl_c_mid_reply_keeps_partial_reply_and_repl(conv: Conversation, tmp_path: Path) -> None:
     conv.max_tokens = 400
     saved = tmp_path / "conv.json"
-    out = drive(
-        conv, f"Write a long essay about the history of the ocean.\r/save {saved}\r/exit\r", interrupt_after=4.0
-    )
+    out = drive(conv, f"Write a long essay about the history of the ocean.\r/save {saved}\r/exit\r", interrupt_after=40)
     assert "[interrupted]" in out and f"saved {saved}" in out
     data = json.loads(saved.read_text())
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
@@ -156,3 +162,14 @@ def test_context_overflow_drops_oldest_turns(draft_path: Path) -> None:
     assert conv.system == "Be brief." and conv.messages[0]["role"] == "user"
     assert "Turn 0" not in conv.messages[0]["content"]
     assert len(conv._rendered(conv.messages)) <= 256
+
+
+def test_a_message_too_long_for_the_context_is_refused_and_every_turn_kept(draft_path: Path, tmp_path: Path) -> None:
+    small = Model(draft_path, n_ctx=256)
+    conv = Conversation(Engine(small, [], GREEDY, 0, seed=0), max_tokens=8)
+    autosave = tmp_path / "last-chat.json"
+    drive(conv, "Say ok.\r/exit\r", autosave=autosave)
+    kept, saved = list(conv.messages), autosave.read_text()
+    out = drive(conv, "apples and oranges " * 200 + "\r/exit\r", autosave=autosave)
+    assert "too many" in out and "kept" in out
+    assert conv.messages == kept and autosave.read_text() == saved  # nothing dropped, the saved chat intact

@@ -117,15 +117,17 @@ def test_interrupted_install_leaves_no_partial_model(tmp_path: Path) -> None:
         env=env,
         stderr=subprocess.PIPE,
     )
-    for _ in range(600):  # wait until assembly has started writing
-        if list(tmp_path.glob("*.partial")):
+    partial: list[Path] = []
+    for _ in range(1200):  # wait until assembly has started writing its temporary file
+        if partial := [p for p in tmp_path.glob(".*.tmp") if p.stat().st_size > 0]:
             break
         time.sleep(0.05)
+    assert partial, "the install never wrote a partial file"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"Traceback" not in err, err
     assert not (tmp_path / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").exists()
-    assert not list(tmp_path.glob("*.partial"))
+    assert not list(tmp_path.glob(".*.tmp"))
     again = subprocess.run(
         [sys.executable, "-m", "localspec", "models", "install", "gemma-3-270m"],
         env=env,

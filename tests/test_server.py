@@ -346,12 +346,15 @@ def test_api_key_and_queue_limit(target_path: Path) -> None:
         with httpx.stream("POST", f"{s.url}/v1/chat/completions", json=body, headers=headers, timeout=60) as first:
             lines = first.iter_lines()  # kept: a dropped line iterator closes the response
             next(lines)  # running
+            waited: list[httpx.Response] = []
             waiter = threading.Thread(
-                target=lambda: httpx.post(
-                    f"{s.url}/v1/chat/completions",
-                    headers=headers,
-                    json={**body, "stream": False, "max_tokens": 2},
-                    timeout=120,
+                target=lambda: waited.append(
+                    httpx.post(
+                        f"{s.url}/v1/chat/completions",
+                        headers=headers,
+                        json={**body, "stream": False, "max_tokens": 2},
+                        timeout=120,
+                    )
                 )
             )
             waiter.start()
@@ -360,6 +363,8 @@ def test_api_key_and_queue_limit(target_path: Path) -> None:
             assert third.status_code == 503 and third.headers["Retry-After"]
             assert third.json()["error"]["code"] == "queue_full"
         waiter.join(timeout=120)
+        assert [r.status_code for r in waited] == [200]  # the queued request got its answer once its turn came
+        assert waited[0].json()["usage"]["completion_tokens"] <= 2
     finally:
         assert s.stop() == 0
     log = s.log_path.read_text()

@@ -75,7 +75,9 @@ def test_soak(soaked: Server, target: Model) -> None:
         (rng.choice(PROMPTS), rng.random() < 0.5, rng.random() < 0.2, rng.uniform(0.3, 2.0)) for _ in range(REQUESTS)
     ]
     done: list[tuple[str, str]] = []
-    left, failures, health = [0], [], []
+    leaving = sum(leaves for _, _, leaves, _ in plan)  # from the plan: no counter shared by the threads
+    failures: list[str] = []
+    health: list[int] = []
     stop = threading.Event()
 
     def watch_health() -> None:
@@ -91,7 +93,6 @@ def test_soak(soaked: Server, target: Model) -> None:
                 if not leaves:
                     done.append((prompt, _ask(url, prompt, stream, ANSWER, 300)))
                     continue
-                left[0] += 1
                 body = {
                     "model": MODEL,
                     "messages": [{"role": "user", "content": prompt}],
@@ -121,7 +122,7 @@ def test_soak(soaked: Server, target: Model) -> None:
     watcher.join()
     assert not failures, failures[:5]
     assert health and set(health) == {200}
-    assert len(done) == REQUESTS - left[0] and left[0] > 0
+    assert len(done) == REQUESTS - leaving and leaving > 0
     for prompt, text in done:
         _same(target, prompt, text, alone[prompt])
     log = soaked.log_path.read_text().splitlines()

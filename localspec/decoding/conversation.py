@@ -7,9 +7,12 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import Timeout
+
 from localspec.core.stats import Piece, Stats
 from localspec.decoding.engine import Engine
 from localspec.errors import LocalspecError
+from localspec.files import locked, write_json
 from localspec.llama.template import Message, chat_tokens
 
 SAVE_VERSION = 1
@@ -35,10 +38,17 @@ class Conversation:
     def _fit(self, user: Message) -> list[int]:
         """The prompt for the next reply, dropping the oldest turns when it would not fit with room to answer.
 
-        When it must drop, it drops down to half the context, so the re-decoding of the kept turns
-        (their cache positions shift) happens once every few turns rather than at every turn.
+        A message that cannot fit even alone is refused (LocalspecError) before any turn is dropped. When it
+        must drop, it drops down to half the context, so the re-decoding of the kept turns (their cache
+        positions shift) happens once every few turns rather than at every turn.
         """
         n_ctx = self.engine.target.n_ctx
+        alone = len(self._rendered([user]))
+        if alone >= n_ctx:
+            raise LocalspecError(
+                f"this message needs {alone} tokens and the context holds {n_ctx} ({alone - n_ctx + 1} too many); "
+                "the conversation is kept as it was"
+            )
         room = min(self.max_tokens, n_ctx // 2)
         dropped, limit = 0, n_ctx
         while True:
@@ -49,11 +59,6 @@ class Conversation:
             cut = next((i for i, m in enumerate(self.messages[1:], 1) if m["role"] == "user"), len(self.messages))
             del self.messages[:cut]
             dropped += 1
-        if len(prompt) >= n_ctx:
-            raise LocalspecError(
-                f"this message needs {len(prompt)} tokens and the context holds {n_ctx} "
-                f"({len(prompt) - n_ctx + 1} too many)"
-            )
         if dropped:
             self.notices.append(
                 f"context full: dropped the {dropped} oldest turn{'s' * (dropped > 1)} (the system prompt stays)"
@@ -106,15 +111,13 @@ class Conversation:
         }
 
     def save(self, path: Path) -> None:
-        """Write the conversation as JSON (atomically: a crash never leaves half a file)."""
+        """Write the conversation as JSON (atomically, under the file's lock: never half a file)."""
         path = Path(path).expanduser()
-        tmp = path.with_name(path.name + ".tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1))
-            tmp.replace(path)
-        except OSError as e:
-            raise LocalspecError(f"cannot save to {path}: {e.strerror}") from None
+            with locked(path):  # two chats saving to one file: each write whole, one after the other
+                write_json(path, self.to_json())
+        except (OSError, Timeout) as e:
+            raise LocalspecError(f"cannot save to {path}: {getattr(e, 'strerror', None) or e}") from None
 
     def load(self, path: Path) -> None:
         """Replace the conversation with one saved by save(), and prefill it."""

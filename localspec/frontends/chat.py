@@ -137,6 +137,8 @@ class Repl:
                 return
             except LocalspecError as e:
                 self._say(f"error: {e}")
+            except KeyboardInterrupt:  # while the history is tokenized or prefilled (/load): the session stays
+                self._say("[interrupted]")
 
     def answer(self, text: str) -> None:
         """Stream a reply; Ctrl-C stops it and keeps what was said so far."""

@@ -17,6 +17,7 @@ import typer
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.loader import RunConfig
 from localspec.errors import LocalspecError
+from localspec.files import write_json
 from localspec.settings import SETTINGS
 
 app = typer.Typer(
@@ -338,6 +339,19 @@ def serve(
     max_body: Annotated[
         int, typer.Option("--max-body", min=1024, max=2**31, help="Largest request body in bytes; beyond it, 413.")
     ] = 16 * 2**20,
+    client_timeout: Annotated[
+        float,
+        typer.Option(
+            "--client-timeout",
+            min=0.1,
+            max=86_400,
+            help="Seconds a client may take to send its headers or body, or leave a stream unread, before it is "
+            "dropped (its generation stopped).",
+        ),
+    ] = 30.0,
+    max_connections: Annotated[
+        int, typer.Option("--max-connections", min=1, max=100_000, help="Open connections; beyond them, 503.")
+    ] = 128,
 ) -> None:
     """Serve an OpenAI-compatible API (chat and text completions, streaming, Predicted Outputs)."""
     import uvicorn
@@ -346,6 +360,7 @@ def serve(
     from localspec.frontends.generate import loading
     from localspec.frontends.server import create_app, model_name
     from localspec.frontends.server.guard import LOOPBACK, host_name
+    from localspec.frontends.server.http import open_files_limit, timed_protocol
 
     loopback = host_name(host) in LOOPBACK
     if not loopback and not api_key:
@@ -372,10 +387,20 @@ def serve(
         hosts=hosts,
         cors=frozenset(cors or []),
         max_body=max_body,
+        body_seconds=client_timeout,
+        stall_seconds=client_timeout,
     )
     config = uvicorn.Config(
-        app_, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3
+        app_,
+        host=host,
+        port=port,
+        http=timed_protocol(client_timeout),
+        limit_concurrency=max_connections,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=3,
     )
+    open_files_limit(max_connections)
     server = uvicorn.Server(config)
     print(f"localspec: serving '{model_id}' at http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
     # uvicorn shuts down gracefully on SIGTERM, then raises it again: let that end the command normally
@@ -503,7 +528,7 @@ def bench(
     out = Console()
     print_table(result, out if out.is_terminal else Console(width=200))
     if json_out:
-        json_out.write_text(json.dumps(result, indent=1))
+        write_json(json_out, result)
     if plot_out:
         plot(result, plot_out)
 

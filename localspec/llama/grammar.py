@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import sys
+import zipfile
 
 import llama_cpp
 import numpy as np
 from llguidance import LLTokenizer
 
+from localspec.files import atomic_file, set_aside
 from localspec.llama.model import Model
 from localspec.paths import cache_dir
 
@@ -42,17 +45,23 @@ def _cached_pieces(model: Model) -> tuple[list[bytes], list[int]]:
     path = cache_dir() / "grammar-vocab" / f"{key}.npz"
     try:
         with np.load(path) as f:
-            blob, ends = f["blob"].tobytes(), f["ends"].tolist()
-            starts = [0, *ends[:-1]]
-            return [blob[a:b] for a, b in zip(starts, ends, strict=True)], f["eog"].tolist()
-    except (OSError, KeyError, ValueError):
+            blob, ends, eog = f["blob"].tobytes(), f["ends"].tolist(), f["eog"].tolist()
+        starts = [0, *ends[:-1]]
+        pieces = [blob[a:b] for a, b in zip(starts, ends, strict=True)]
+        if len(pieces) == model.n_vocab:
+            return pieces, eog
+        set_aside(path)
+    except FileNotFoundError:
         pass
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # truncated, empty, not an archive
+        set_aside(path)
     pieces, eog = _pieces(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    blob = np.frombuffer(b"".join(pieces), np.uint8)
-    np.savez(tmp, blob=blob, ends=np.cumsum([len(p) for p in pieces]), eog=np.array(eog, np.int64))
-    tmp.replace(path)
+    try:
+        with atomic_file(path, "wb") as f:
+            blob = np.frombuffer(b"".join(pieces), np.uint8)
+            np.savez(f, blob=blob, ends=np.cumsum([len(p) for p in pieces]), eog=np.array(eog, np.int64))
+    except OSError as e:
+        print(f"localspec: could not write {path} ({e}); it is rebuilt next time", file=sys.stderr)
     return pieces, eog
 
 

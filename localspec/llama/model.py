@@ -19,6 +19,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.files import atomic_path, locked
 from localspec.models.gguf import read_gguf
 
 
@@ -245,14 +246,12 @@ def requantize(src: Path, dst: Path, quant: str, threads: int | None = None) -> 
     A memory-bound target (Q8_0, F16 on a CPU) is where a draft model wins; this makes one without a download."""
     if quant not in QUANTS:
         raise LocalspecError(f"cannot requantize to {quant!r} (known: {', '.join(QUANTS)})")
-    if dst.exists():
-        return dst
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype, params.allow_requantize, params.nthread = getattr(llama_cpp, QUANTS[quant]), True, threads or 0
-    part = dst.with_name(dst.name + ".part")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if llama_cpp.llama_model_quantize(str(src).encode(), str(part).encode(), ctypes.byref(params)) != 0:
-        part.unlink(missing_ok=True)
-        raise LocalspecError(f"{src}: llama.cpp could not requantize it to {quant}")
-    part.replace(dst)
+    with locked(dst, timeout=600):  # a second process waits for the first's file rather than writing its own
+        if dst.exists():
+            return dst
+        with atomic_path(dst) as part:  # moved into place when whole
+            if llama_cpp.llama_model_quantize(str(src).encode(), str(part).encode(), ctypes.byref(params)) != 0:
+                raise LocalspecError(f"{src}: llama.cpp could not requantize it to {quant}")
     return dst

@@ -1,8 +1,9 @@
 """Prompts as tokens: the target's own chat template from its GGUF, or raw completion text.
 
 Message contents are tokenized with special=False, so text that looks like a control token
-(`<|im_end|>`) stays text; only the template's own markup becomes control tokens. A raw prompt is the
-caller's whole text and is read with its control tokens.
+(`<|im_end|>`) stays text; only the template's own markup becomes control tokens, whatever the template
+does to the text (a template that escapes it with tojson: the escaped text, still plain). A raw prompt is
+the caller's whole text and is read with its control tokens.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -21,7 +23,6 @@ from localspec.llama.model import Model
 # {"role": str, "content": str, optional "tokens": list[int] (content already tokenized), and OpenAI's
 # "tool_calls" (arguments as JSON text), "tool_call_id" and "name"}
 Message = dict
-_SLOT = "\x00localspec-slot-{}\x00"
 
 
 def _formatter(model: Model) -> Jinja2ChatFormatter:
@@ -54,20 +55,50 @@ def chat_tokens(
     if tools and not supports_tools(model):
         raise Unsupported(f"{model.name}'s chat template has no tool calls in a format localspec reads", "tools")
     plain = [_for_template(m) for m in messages]
-    slots = [i for i, m in enumerate(messages) if m.get("content")]
-    slotted = [{**m, "content": _SLOT.format(i)} if i in slots else m for i, m in enumerate(plain)]
-    rendered = _render(fmt, slotted, tools)
-    parts = re.split("\x00localspec-slot-(\\d+)\x00", rendered)
-    if len(parts) != 2 * len(slots) + 1:  # the template transforms contents: render them in place
-        return model.tokenize(_render(fmt, plain, tools), special=True)
+    texts = [m["content"] if isinstance(m.get("content"), str) else "" for m in messages]
+    nonce = secrets.token_hex(8)  # letters and digits only: a marker that survives a template's escaping (tojson)
+    slotted = [{**m, "content": f"lsslot{nonce}n{i}e"} if texts[i] else m for i, m in enumerate(plain)]
+    skeleton = _render(fmt, slotted, tools)
+    parts = re.split(f"lsslot{nonce}n(\\d+)e", skeleton)
+    shown = parts[1::2]
+    if len(set(shown)) != len(shown):
+        raise Unsupported(f"{model.name}'s chat template repeats message text", "messages")
+    verbatim = "".join(texts[int(p)] if i % 2 else p for i, p in enumerate(parts)) == _render(fmt, plain, tools)
     tokens: list[int] = []
     for i, part in enumerate(parts):
-        if i % 2:
-            m = messages[int(part)]
-            tokens += m["tokens"] if "tokens" in m else model.tokenize(m["content"], special=False)
-        elif part:
-            tokens += model.tokenize(part, special=True)
+        if i % 2 == 0:
+            tokens += model.tokenize(part, special=True) if part else []
+            continue
+        m = messages[int(part)]
+        if verbatim and "tokens" in m:
+            tokens += m["tokens"]
+        else:  # the text as the template writes it (escaped, say): plain text, never control tokens
+            text = texts[int(part)] if verbatim else _written(fmt, slotted, plain, int(part), skeleton, nonce, tools)
+            tokens += model.tokenize(text, special=False)
     return tokens
+
+
+def _written(
+    fmt: Jinja2ChatFormatter,
+    slotted: list[Message],
+    plain: list[Message],
+    index: int,
+    skeleton: str,
+    nonce: str,
+    tools: list[dict] | None,
+) -> str:
+    """What a template that transforms message text writes for message `index`'s: rendered with only that text
+    in place, the rest is the skeleton's, and the text is what lies between (refused where the rest changed)."""
+    one = _render(fmt, [plain[index] if i == index else m for i, m in enumerate(slotted)], tools)
+    marker = f"lsslot{nonce}n{index}e"
+    before, after = skeleton.split(marker)
+    if not (one.startswith(before) and one.endswith(after) and len(one) >= len(before) + len(after)):
+        raise Unsupported(
+            "the chat template writes the rest of the conversation differently with this message's text: "
+            "localspec cannot keep that text apart from the template's own markup",
+            "messages",
+        )
+    return one[len(before) : len(one) - len(after)]
 
 
 def _for_template(m: Message) -> Message:

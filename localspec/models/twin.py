@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from localspec.files import atomic_path
 from localspec.models.gguf import GGML_TYPES, read_gguf
 
 # ggml type -> byte offsets of each block's float16 scales (set small and finite; the rest stays random):
@@ -31,17 +32,15 @@ def header_of(path: Path) -> bytes:
 def write_twin(header: bytes, out: Path, seed: int = 0) -> Path:
     """Write a model with this header and random weights: float tensors ~N(0, 0.02), quantized blocks random
     with small scales (types without known scale positions are zeros, which cost the same to multiply)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".part")
-    part.write_bytes(header)
-    info = read_gguf(part, header_only=True)
-    rng = np.random.default_rng(seed)
-    with open(part, "r+b") as f:
-        for _, ttype, elements, offset in sorted(info.tensors, key=lambda t: t[3]):
-            f.seek(info.data_start + offset)
-            _fill(f, rng, ttype, elements)
-        f.truncate(info.declared_size)
-    part.replace(out)
+    with atomic_path(out) as part:
+        part.write_bytes(header)
+        info = read_gguf(part, header_only=True)
+        rng = np.random.default_rng(seed)
+        with open(part, "r+b") as f:
+            for _, ttype, elements, offset in sorted(info.tensors, key=lambda t: t[3]):
+                f.seek(info.data_start + offset)
+                _fill(f, rng, ttype, elements)
+            f.truncate(info.declared_size)
     read_gguf(out)  # complete and valid
     return out
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from localspec.files import read_json, update_json
 from localspec.models.gguf import GGUFInfo, read_gguf
 from localspec.paths import cache_dir
 
@@ -21,21 +21,11 @@ def mismatch(target: Path, draft: Path) -> str | None:
     except OSError:
         return mismatch_uncached(target, draft)  # the header check names the problem
     store = cache_dir() / "vocab-checks.json"
-    try:
-        known = json.loads(store.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if isinstance(known, dict) and key in known:
-        return known[key]
-    known = known if isinstance(known, dict) else {}
-    known[key] = verdict = mismatch_uncached(target, draft)
-    try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        tmp = store.with_name(store.name + ".tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        tmp.replace(store)
-    except OSError:
-        pass
+    known = read_json(store).get(key, False)
+    if known is None or isinstance(known, str):
+        return known
+    verdict = mismatch_uncached(target, draft)
+    update_json(store, lambda checks: checks.__setitem__(key, verdict))
     return verdict
 
 

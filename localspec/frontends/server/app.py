@@ -19,6 +19,7 @@ from localspec.frontends.server.guard import LOOPBACK, Guard
 from localspec.frontends.server.responses import Shape
 from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
 from localspec.frontends.server.service import Service
+from localspec.frontends.server.worker import Worker
 from localspec.models.catalog import catalog, default_pair
 
 
@@ -33,19 +34,33 @@ def create_app(
     hosts: frozenset[str] | None = LOOPBACK,
     cors: frozenset[str] = frozenset(),
     max_body: int = 16 * 2**20,
+    body_seconds: float = 30.0,
+    stall_seconds: float = 30.0,
 ) -> FastAPI:
     """The ASGI app serving `spec` under the model id `model_id`.
 
     `hosts`: the Host names it answers to (None: any); `cors`: web origins allowed to call it from a browser;
-    `max_body`: the largest request body in bytes. With `api_key`, every path but /health needs it."""
+    `max_body`: the largest request body in bytes, `body_seconds` the longest its arrival may take;
+    `stall_seconds`: how long a client may read nothing before its generation is stopped. With `api_key`, every
+    path but /health needs it."""
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    service = Service(spec, model_id, max_queue, log_prompts, say)
+    worker = Worker(max_queue, stall_seconds, say)
+    service = Service(spec, model_id, worker, log_prompts, say)
     created = int(time.time())
     app = FastAPI(title="localspec", version="0.1.0", redoc_url=None)
     errors.install(app, say)
     if cors:
         app.add_middleware(CORSMiddleware, allow_origins=sorted(cors), allow_methods=["*"], allow_headers=["*"])
-    app.add_middleware(Guard, hosts=hosts, origins=cors, api_key=api_key, max_body=max_body, say=say)
+    app.add_middleware(
+        Guard,
+        hosts=hosts,
+        origins=cors,
+        api_key=api_key,
+        max_body=max_body,
+        body_seconds=body_seconds,
+        admit=worker.admit,
+        say=say,
+    )
     v1 = APIRouter(prefix="/v1")
 
     @app.get("/health")

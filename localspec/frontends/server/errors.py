@@ -36,6 +36,15 @@ class ApiError(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
+class BodyRefused(HTTPException):
+    """Raised while the body is read (too large, too slow): an HTTPException, so that FastAPI's body parsing lets
+    it through to the handler, which answers with its ApiError."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.status, error.message)
+        self.error = error
+
+
 def install(app: FastAPI, say: Callable[[str], None]) -> None:
     """Answer ApiError and request validation errors as OpenAI-shaped JSON, with an access-log line."""
 
@@ -58,7 +67,10 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, e: HTTPException) -> JSONResponse:
-        """Starlette's own: an unknown path (404), a wrong method (405), a body it cannot read (400)."""
+        """Starlette's own: an unknown path (404), a wrong method (405), a body it cannot read (400); the guard's
+        refusals of a body (BodyRefused)."""
+        if isinstance(e, BodyRefused):
+            return await _api_error(request, e.error)
         message = {
             404: f"no such endpoint: {request.method} {request.url.path}",
             405: f"{request.method} is not allowed on {request.url.path}",

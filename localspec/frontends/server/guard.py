@@ -1,4 +1,4 @@
-"""What stands before every route: the Host allow-list, the Origin check, the API key, and body limits.
+"""What stands before every route: the Host allow-list, the Origin check, the API key, body limits, admission.
 
 A keyless server on 127.0.0.1 is still reachable from a web page in the user's browser through DNS
 rebinding (the page's name resolves to 127.0.0.1, and the browser sends the page's name as Host), so
@@ -8,16 +8,19 @@ refused unless named with --cors. Ollama and Jupyter check both for the same rea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from localspec.frontends.server.errors import ApiError
+from localspec.frontends.server.errors import ApiError, BodyRefused
+from localspec.frontends.server.worker import Ticket
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 OPEN_PATHS = frozenset({"/health"})  # answered without the key
+GENERATING = frozenset({"/v1/chat/completions", "/v1/completions"})  # admitted only while the queue has room
 
 
 def host_name(host: str) -> str:
@@ -34,10 +37,6 @@ def key_matches(authorization: str, api_key: str) -> bool:
     return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), api_key.encode())
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class Guard:
     """ASGI middleware: refuses, in OpenAI's error shape, what must not reach a route."""
 
@@ -49,16 +48,12 @@ class Guard:
         origins: frozenset[str],
         api_key: str | None,
         max_body: int,
+        body_seconds: float,
+        admit: Callable[[], Ticket],
         say: Callable[[str], None],
     ) -> None:
-        self.app, self.hosts, self.origins, self.api_key, self.max_body, self.say = (
-            app,
-            hosts,
-            origins,
-            api_key,
-            max_body,
-            say,
-        )
+        self.app, self.hosts, self.origins, self.api_key, self.say = app, hosts, origins, api_key, say
+        self.max_body, self.body_seconds, self.admit = max_body, body_seconds, admit
 
     def _refusal(self, scope: dict[str, Any], headers: dict[str, str]) -> ApiError | None:
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
@@ -99,17 +94,29 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if error := self._refusal(scope, headers):
+        ticket = None
+        try:
+            if error := self._refusal(scope, headers):
+                raise error
+            if scope["method"] == "POST" and scope["path"] in GENERATING:  # a place in the queue before the body
+                ticket = scope.setdefault("state", {})["ticket"] = self.admit()
+        except ApiError as error:
             self.say(f"localspec: {scope['method']} {scope['path']} {error.status} {error.code}")
             return await _send_error(send, error)
-        seen, started = 0, False
+        seen, whole, started = 0, False, False
 
         async def counted() -> dict[str, Any]:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, whole
+            if whole:  # the body is read: what comes now is the disconnect, whenever it comes
+                return dict(await receive())
+            try:
+                message = dict(await asyncio.wait_for(receive(), self.body_seconds))
+            except TimeoutError:
+                raise BodyRefused(self._too_slow()) from None
             seen += len(message.get("body", b""))
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
             if seen > self.max_body:
-                raise BodyTooLarge
+                raise BodyRefused(self._too_large())
             return message
 
         async def watched(message: dict[str, Any]) -> None:
@@ -119,9 +126,16 @@ class Guard:
 
         try:
             await self.app(scope, counted, watched)
-        except BodyTooLarge:
+        except BodyRefused as e:  # refused outside a route's body parsing
             if not started:
-                await _send_error(send, self._too_large())
+                self.say(f"localspec: {scope['method']} {scope['path']} {e.error.status} {e.error.code}")
+                await _send_error(send, e.error)
+        finally:
+            if ticket is not None:
+                ticket.release()
+
+    def _too_slow(self) -> ApiError:
+        return ApiError(408, f"the request body did not arrive within {self.body_seconds:g} s", code="body_timeout")
 
 
 async def _send_error(send: Any, error: ApiError) -> None:

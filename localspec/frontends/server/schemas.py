@@ -12,6 +12,8 @@ from localspec.frontends.server.errors import ApiError
 from localspec.settings import SETTINGS
 
 MAX_STOP_LENGTH = 256  # the stop matcher looks back this far at every token
+MAX_MESSAGES = 4096  # a conversation longer than any context holds; beyond it, a body is refused before templating
+MAX_TOOLS = 256
 
 
 class TextPart(BaseModel):
@@ -182,11 +184,11 @@ class RequestBase(BaseModel):
 
 
 class ChatRequest(RequestBase):
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
     prediction: Prediction | None = None
     logprobs: bool | None = None
-    tools: list[Tool] | None = None
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
 
     def check(self) -> None:

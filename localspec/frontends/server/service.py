@@ -14,7 +14,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from localspec.api import Generation, LocalSpec
-from localspec.core.stats import Piece, prediction_usage
+from localspec.core.stats import prediction_usage
 from localspec.core.tool_calls import ToolCallStream
 from localspec.errors import LocalspecError, Unsupported
 from localspec.frontends.server.errors import ApiError
@@ -28,20 +28,24 @@ from localspec.frontends.server.responses import (
     usage,
 )
 from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
-from localspec.frontends.server.worker import ClientGone, Worker, watch_disconnect
+from localspec.frontends.server.worker import ClientGone, Sent, Worker, watch_disconnect
 from localspec.llama.model import ContextFull
 
-Stream = AsyncGenerator[Piece | Generation, None]
+Stream = AsyncGenerator[Sent | Generation, None]
 
 
 class Service:
     """What the routes call: requests checked, queued on the worker, answered whole or streamed, logged."""
 
     def __init__(
-        self, spec: LocalSpec, model_id: str, max_queue: int, log_prompts: bool, say: Callable[[str], None]
+        self,
+        spec: LocalSpec,
+        model_id: str,
+        worker: Worker,
+        log_prompts: bool,
+        say: Callable[[str], None],
     ) -> None:
-        self.spec, self.model_id, self.log_prompts, self.say = spec, model_id, log_prompts, say
-        self.worker = Worker(max_queue)
+        self.spec, self.model_id, self.worker, self.log_prompts, self.say = spec, model_id, worker, log_prompts, say
 
     def _begin(
         self, prompt: Any, req: ChatRequest | CompletionRequest, max_tokens: int | None
@@ -89,7 +93,8 @@ class Service:
         max_tokens = await self._fit(prompt, max_tokens, req)
         left = asyncio.Event()
         watcher = asyncio.create_task(watch_disconnect(request.receive, left))
-        stream = self.worker.stream(self._begin(prompt, req, max_tokens), left)
+        ticket = request.scope.get("state", {}).get("ticket") or self.worker.admit()
+        stream = self.worker.stream(self._begin(prompt, req, max_tokens), left, ticket)
         try:
             run = await stream.__anext__()  # waits its turn; errors before decoding are plain 4xx responses
         except ClientGone:
@@ -208,11 +213,13 @@ class Service:
         sent = 0  # tokens whose log-probabilities went out
         offset = 0  # characters of text that went out (text completions' text_offset)
 
-        def logprobs() -> dict[str, Any] | None:
+        def logprobs(upto: int | None = None) -> dict[str, Any] | None:
+            """The log-probabilities not sent yet, up to the `upto`-th (all of them at the end)."""
             nonlocal sent, offset
             if run.logprobs is None:
                 return None
-            new, sent = run.logprobs[sent:], len(run.logprobs)
+            upto = len(run.logprobs) if upto is None else upto
+            new, sent = run.logprobs[sent:upto], upto
             if shape.chat:
                 return chat_logprobs(new, self.spec.piece)
             out = completion_logprobs(new, self.spec.piece, offset)
@@ -222,12 +229,14 @@ class Service:
         try:
             if shape.chat:
                 yield sse(shape.chunk(rid, now, None, None, role=True))
-            async for piece in stream:
-                assert isinstance(piece, Piece)
+            async for item in stream:
+                assert isinstance(item, Sent)
                 first.append(time.perf_counter())
-                text = calls.feed(piece.text) if calls else piece.text
+                text = calls.feed(item.piece.text) if calls else item.piece.text
                 if text or run.logprobs:
-                    yield sse(shape.chunk(rid, now, text, None, logprobs=logprobs()))
+                    yield sse(shape.chunk(rid, now, text, None, logprobs=logprobs(item.logprobs)))
+            if run.logprobs is not None and sent < len(run.logprobs):  # tokens that made no text (a stop string)
+                yield sse(shape.chunk(rid, now, "", None, logprobs=logprobs()))
             if calls:
                 rest, made = calls.finish()
                 if rest:

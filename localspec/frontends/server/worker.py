@@ -1,19 +1,35 @@
-"""The queue and the one thread that calls llama.cpp: generations run one at a time, in arrival order."""
+"""The queue and the one thread that calls llama.cpp: generations run one at a time, in arrival order.
+
+A generation is decoupled from its sending: it runs into a bounded buffer that the response drains, so a
+client that stops reading holds the worker for at most `stall_seconds` (then its generation stops and the
+next request starts); one that goes away stops its generation at the next round, or leaves the queue at once.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from localspec.api import Generation
 from localspec.core.stats import Piece
 from localspec.frontends.server.errors import ApiError
 
+BUFFER = 256  # pieces a generation may run ahead of its client
+
 
 class ClientGone(Exception):
-    """The client went away: its generation is not started, or stops at the next round."""
+    """The client went away (or stopped reading): its generation is not started, or stops at the next round."""
+
+
+@dataclass
+class Sent:
+    """A piece of the answer and how many of the generation's log-probabilities belong with the text so far."""
+
+    piece: Piece
+    logprobs: int
 
 
 async def watch_disconnect(receive: Callable[[], Any], left: asyncio.Event) -> None:
@@ -26,19 +42,33 @@ async def watch_disconnect(receive: Callable[[], Any], left: asyncio.Event) -> N
     left.set()
 
 
+class Ticket:
+    """A request's place among those admitted and not yet running (reading, checking, queued)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker, self.held = worker, True
+        worker.waiting += 1
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.worker.waiting -= 1
+
+
 class Worker:
     """Runs generations one at a time, in arrival order, on the one thread that calls llama.cpp."""
 
-    def __init__(self, max_queue: int) -> None:
-        self.max_queue = max_queue
+    def __init__(self, max_queue: int, stall_seconds: float = 30.0, say: Callable[[str], None] = print) -> None:
+        self.max_queue, self.stall_seconds, self.say = max_queue, stall_seconds, say
         self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localspec-llama")
         self.lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
-        self.waiting = 0
+        self.waiting = 0  # admitted requests not running yet
 
     async def call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.thread, fn, *args)
 
-    def admit(self) -> None:
+    def admit(self) -> Ticket:
+        """A place for one more request before its body is read; 503 when `max_queue` already wait."""
         if self.waiting >= self.max_queue:
             raise ApiError(
                 503,
@@ -47,6 +77,7 @@ class Worker:
                 code="queue_full",
                 headers={"Retry-After": "2"},
             )
+        return Ticket(self)
 
     async def _turn(self, left: asyncio.Event) -> None:
         """Wait for the lock; a client that goes away meanwhile leaves the queue at once (ClientGone)."""
@@ -66,28 +97,71 @@ class Worker:
             gone.cancel()
 
     async def stream(
-        self, start: Callable[[], Generation], left: asyncio.Event
-    ) -> AsyncGenerator[Piece | Generation, None]:
+        self, start: Callable[[], Generation], left: asyncio.Event, ticket: Ticket
+    ) -> AsyncGenerator[Generation | Sent, None]:
         """Yield the Generation first, then its pieces; `start` (run on the worker) returns the Generation.
 
-        `left` says the client went away: checked when its turn comes (before the prefill) and between
-        rounds, so nothing runs for a client that is no longer there (ClientGone)."""
-        self.admit()
-        self.waiting += 1
+        The request's `ticket` is given up when its turn comes. `left` says the client went away: checked when
+        its turn comes (before the prefill) and at every piece, so nothing runs for a client no longer there."""
         try:
             await self._turn(left)
         finally:
-            self.waiting -= 1
-        pieces: Generator[Piece, None, None] | None = None
+            ticket.release()
+        buffer: asyncio.Queue[Generation | Sent | BaseException | None] = asyncio.Queue(BUFFER)
+        producer = asyncio.create_task(self._produce(start, left, buffer))
         try:
-            run = await self.call(start)
-            yield run
-            pieces = iter(run)  # a generator: closing it ends the generation
-            while (piece := await self.call(next, pieces, None)) is not None:
-                yield piece
+            while (item := await buffer.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
                 if left.is_set():
                     raise ClientGone
-        finally:  # no awaits here: it runs even when the client's task is being cancelled
-            if pieces is not None:  # ends the generation (its stats, the caches) on the worker thread
+            if left.is_set():  # the generation stopped for a client that went away
+                raise ClientGone
+        finally:
+            left.set()  # the producer stops at its next piece (no awaits here: this may run while cancelled)
+            producer.add_done_callback(lambda task: task.cancelled() or task.exception())
+
+    async def _produce(
+        self,
+        start: Callable[[], Generation],
+        left: asyncio.Event,
+        buffer: asyncio.Queue[Generation | Sent | BaseException | None],
+    ) -> None:
+        """Run the generation on the worker thread into `buffer`, holding the lock; give up when the client
+        went away, or has not taken a piece for `stall_seconds` (it stopped reading). The buffer ends with
+        None, after an exception where one stopped the generation (a 4xx before decoding, a failure after)."""
+        pieces: Generator[Piece, None, None] | None = None
+        end: BaseException | None = None
+        try:
+            run = await self.call(start)
+            buffer.put_nowait(run)
+            pieces = iter(run)  # a generator: closing it ends the generation
+            while not left.is_set() and (piece := await self.call(next, pieces, None)) is not None:
+                if not await self._put(buffer, Sent(piece, len(run.logprobs or ())), left):
+                    break
+        except Exception as e:
+            end = e
+        finally:  # ends the generation (its stats, the caches) on the worker thread, then the next one runs
+            if pieces is not None:
                 self.thread.submit(pieces.close)
             self.lock.release()
+        if end is not None:
+            await self._put(buffer, end, left)
+        await self._put(buffer, None, left)
+
+    async def _put(self, buffer: asyncio.Queue[Any], item: Any, left: asyncio.Event) -> bool:
+        """Put `item` in the buffer unless the client goes away or leaves it full for stall_seconds (False)."""
+        if buffer.full():
+            put, gone = asyncio.ensure_future(buffer.put(item)), asyncio.ensure_future(left.wait())
+            await asyncio.wait((put, gone), timeout=self.stall_seconds, return_when=asyncio.FIRST_COMPLETED)
+            put.cancel()
+            gone.cancel()
+            if not put.done() or put.cancelled():
+                if not left.is_set():
+                    self.say(f"localspec: a client read nothing for {self.stall_seconds:g} s: its generation stopped")
+                    left.set()
+                return False
+            return True
+        buffer.put_nowait(item)
+        return True
