@@ -19,7 +19,7 @@ from collections.abc import Generator, Sequence
 from typing import Any, Literal
 
 from localspec.core.grammar import ANY_JSON_OBJECT, Constraint, GrammarError, compile_grammar, json_schema_grammar
-from localspec.core.sampling import InvariantSampling, SamplerSettings, TokenLogprob
+from localspec.core.sampling import SamplerSettings, TokenLogprob
 from localspec.core.stats import Piece, Stats
 from localspec.core.tool_calls import ToolCall, call_grammar, parse_tool_calls
 from localspec.decoding.engine import Engine
@@ -53,6 +53,7 @@ class Generation:
         drafters: Sequence[Drafter] = (),
         *,
         seed: int,
+        sampler: SamplerSettings,
         grammar: Constraint | None = None,
         top_logprobs: int | None = None,
         tool_names: Sequence[str] = (),
@@ -66,6 +67,7 @@ class Generation:
         self._tokens: list[int] = []
         self._started = False
         self.seed = seed  # the seed this generation samples with: the same seed gives the same text
+        self.sampler = sampler  # its own sampler settings (another generation's never change them)
         self.prediction = next((d.prediction for d in drafters if isinstance(d, PredictionDrafter)), None)
         self.stats = Stats()  # this generation's figures (complete once it has ended)
         # the log-probability of each completion token, when asked for (`logprobs`)
@@ -75,7 +77,6 @@ class Generation:
         if self._started:
             raise RuntimeError("a Generation can be iterated only once")
         self._started = True
-        self._engine.sampling = InvariantSampling(self.seed)
         pieces = self._engine.generate(
             self._prompt,
             self._max_tokens,
@@ -87,6 +88,8 @@ class Generation:
             logprobs=self.logprobs,
             top_logprobs=self._top_logprobs or 0,
             fill=self._fill,
+            sampler=self.sampler,
+            seed=self.seed,
         )
         for piece in pieces:
             self._pieces.append(piece.text)
@@ -275,7 +278,7 @@ class LocalSpec:
         grammar_text = _grammar(response_format, grammar, calls, tool_choice, target)
         tokens = self.tokens(prompt, system=system, raw=raw, suffix=suffix, tools=calls)
         self.engine.check_prompt(tokens)  # here, not at the first token: a caller can answer before streaming
-        self.engine.sampler = SamplerSettings(temperature, top_k, top_p, min_p)
+        sampler = SamplerSettings(temperature, top_k, top_p, min_p)
         constraint = (
             None if grammar_text is None else Constraint(grammar_tokenizer(target), grammar_text, target.n_vocab)
         )
@@ -293,6 +296,7 @@ class LocalSpec:
             list(stop),
             drafters,
             seed=seed,
+            sampler=sampler,
             grammar=constraint,
             top_logprobs=logprobs,
             tool_names=[t["function"]["name"] for t in calls],

@@ -39,11 +39,13 @@ def load_config(path: Path | None = None) -> dict[str, object]:
     """The settings in the config file ({} when there is none); a bad file is a one-line error."""
     path = path or config_path()
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except OSError as e:
         raise LocalspecError(f"cannot read the config file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise LocalspecError(f"{path}: not UTF-8 text (a TOML file is UTF-8)") from None
     except tomllib.TOMLDecodeError as e:
         raise LocalspecError(f"{path}: not valid TOML ({e})") from None
     if unknown := sorted(set(data) - set(CONFIG_KEYS)):

@@ -152,3 +152,27 @@ def test_a_fill_in_the_middle_is_known_by_its_suffix_or_its_tokens(target_path: 
     ]:
         spec.generate(prompt, temperature=0, max_tokens=4, **options).result()
         assert copier.quotes_input is not fill
+
+
+def test_generations_keep_their_own_settings_whatever_the_order(target_path: Path, draft_path: Path) -> None:
+    """Two generations created, then iterated in the opposite order, each with its own temperature and seed,
+    give the texts each gives alone (a generation's settings are its own, never the engine's last)."""
+    spec = LocalSpec.load(gpu_layers=0, draft_gpu_layers=0)
+    prompt = "Write one sentence about rivers."
+    settings = [(0.0, 1), (1.3, 7)]
+
+    def make(temperature: float, seed: int):  # type: ignore[no-untyped-def]
+        return spec.generate(prompt, temperature=temperature, seed=seed, max_tokens=24)
+
+    alone = []
+    for t, seed in settings:
+        run = make(t, seed)
+        run.result()
+        alone.append(run)
+    runs = [make(t, seed) for t, seed in settings]
+    for run in reversed(runs):
+        run.result()
+    for run, want, (t, seed) in zip(runs, alone, settings, strict=True):
+        assert run.sampler.temperature == t and run.seed == seed
+        sampler = SamplerSettings(temperature=t)
+        assert_same_tokens(spec.engine.target, run.prompt_tokens, run.tokens, want.tokens, sampler, seed)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,18 @@ def test_config_file_is_checked_against_the_table(tmp_path: Path) -> None:
         path.write_text(bad + "\n")
         with pytest.raises(LocalspecError, match=why):
             load_config(path)
+    path.write_bytes(b"temperature = 0.5 # \xff\xfe\n")
+    with pytest.raises(LocalspecError, match="not UTF-8"):
+        load_config(path)
+
+
+def test_a_config_that_is_not_utf8_is_one_line_and_help_still_shows(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_bytes(b"temperature = 0.5 # \xff\xfe\n")
+    env = {**os.environ, "LOCALSPEC_CONFIG": str(tmp_path / "config.toml")}
+    run = subprocess.run([sys.executable, "-m", "localspec", "--help"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0 and "generate" in run.stdout and "not UTF-8" in run.stderr
+    run = subprocess.run([sys.executable, "-m", "localspec", "models", "list"], capture_output=True, text=True, env=env)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "not UTF-8" in run.stderr
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,7 @@ class Engine:
         self.drafters = list(drafters)
         self.planner = Planner(self.drafters, k=k, cost=cost)
         self.sampling = InvariantSampling(seed)
+        self._sampler, self._sampling = sampler, self.sampling  # this generation's (the defaults above, or its own)
         self.notes: list[str] = []  # one-line remarks for the user (a draft model left out, say)
         self.draft_choice: DraftChoice | None = None  # what loading chose about a draft model (settled on save)
         self.busy_seconds = 0.0  # spent generating (prefill and decode), all generations
@@ -81,7 +82,8 @@ class Engine:
         # Right after the prefill the next token's logits are at hand: emit it before any draft is verified
         # (the first token comes as soon as the target alone's would; drafting starts from the next round).
         plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
-        draft = plan.drafter.draft(ctx, plan.k, self.sampler, self.sampling) if plan.drafter else []
+        sampler, sampling = self._sampler, self._sampling
+        draft = plan.drafter.draft(ctx, plan.k, sampler, sampling) if plan.drafter else []
         grammar = self._grammar
         if grammar is not None and draft:  # a draft goes only as far as the grammar allows it
             draft = draft[: grammar.valid_prefix(draft)]
@@ -102,9 +104,9 @@ class Engine:
                     grammar.advance(draft[i - 1])
                 row = None if row is None else grammar.mask(row)
             rows.append(row)
-            return OneHot(draft[i]) if row is None else process(row, self.sampler)
+            return OneHot(draft[i]) if row is None else process(row, sampler)
 
-        tokens, n = self.sampling.verify(p_at, draft, len(ctx))
+        tokens, n = sampling.verify(p_at, draft, len(ctx))
         if grammar is not None:
             grammar.advance(tokens[-1])
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
@@ -145,13 +147,16 @@ class Engine:
         logprobs: list[TokenLogprob] | None = None,
         top_logprobs: int = 0,
         fill: bool = False,
+        sampler: SamplerSettings | None = None,
+        seed: int | None = None,
     ) -> Iterator[Piece]:
         """Stream the completion of `prompt`; `stats`, `completion` and `logprobs` (the caller's) fill in
         as it goes (`logprobs` with `top_logprobs` alternatives at each token).
 
         `drafters` join the engine's own for this generation only (a prediction of the output, say);
         `grammar` constrains the output (a fresh Constraint, at the grammar's start); `fill` says the prompt is
-        a fill-in-the-middle's (the output is new text between its prefix and suffix).
+        a fill-in-the-middle's (the output is new text between its prefix and suffix). `sampler` and `seed` are
+        this generation's own (default: the engine's sampler, and its running sampling stream).
         """
         start = time.perf_counter()
         st = Stats() if stats is None else stats
@@ -163,6 +168,8 @@ class Engine:
         stream, ctx = TextStream(stops), list(prompt)
         self._prefill(ctx, st)
         self._grammar, self._top_logprobs = grammar, None if logprobs is None else top_logprobs
+        self._sampler = self.sampler if sampler is None else sampler
+        self._sampling = self.sampling if seed is None else InvariantSampling(seed)
         t0, target0, draft0 = time.perf_counter(), self.target.decode_seconds, self._draft_seconds()
         try:
             while st.completion_tokens < max_tokens and len(ctx) < self.target.n_ctx:

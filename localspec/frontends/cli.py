@@ -750,7 +750,14 @@ def main() -> None:
 
     command = typer.main.get_command(app)
     try:
-        code = command.main(prog_name="localspec", standalone_mode=False, default_map=default_map(load_config()))
+        try:
+            defaults = default_map(load_config())
+        except LocalspecError as e:  # help still shows, with the reason the config is not read
+            if "--help" not in sys.argv[1:] and len(sys.argv) > 1:
+                raise
+            print(f"localspec: warning: {e}; its settings are not used", file=sys.stderr)
+            defaults = {}
+        code = command.main(prog_name="localspec", standalone_mode=False, default_map=defaults)
     except typer.Abort:
         code = 130
     except typer.TyperException as e:  # usage errors, bad parameter values (typer's own click)

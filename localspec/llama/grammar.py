@@ -10,6 +10,7 @@ import ctypes
 import hashlib
 import sys
 import zipfile
+from pathlib import Path
 
 import llama_cpp
 import numpy as np
@@ -39,10 +40,15 @@ def _pieces(model: Model) -> tuple[list[bytes], list[int]]:
     return pieces, eog
 
 
-def _cached_pieces(model: Model) -> tuple[list[bytes], list[int]]:
+def vocab_cache(model: Model) -> Path:
+    """Where the model's pieces are kept (by its file, size and time)."""
     st = model.path.stat()
     key = hashlib.sha256(f"{model.path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:24]
-    path = cache_dir() / "grammar-vocab" / f"{key}.npz"
+    return cache_dir() / "grammar-vocab" / f"{key}.npz"
+
+
+def _cached_pieces(model: Model) -> tuple[list[bytes], list[int]]:
+    path = vocab_cache(model)
     try:
         with np.load(path) as f:
             blob, ends, eog = f["blob"].tobytes(), f["ends"].tolist(), f["eog"].tolist()

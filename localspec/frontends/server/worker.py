@@ -17,7 +17,7 @@ from localspec.api import Generation
 from localspec.core.stats import Piece
 from localspec.frontends.server.errors import ApiError
 
-BUFFER = 256  # pieces a generation may run ahead of its client
+BUFFER = 64  # pieces a generation may run ahead of its client
 
 
 class ClientGone(Exception):
