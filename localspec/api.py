@@ -58,10 +58,11 @@ class Generation:
         top_logprobs: int | None = None,
         tool_names: Sequence[str] = (),
         fill: bool = False,
+        max_draft: int | None = None,
     ) -> None:
         self._engine, self._prompt, self._max_tokens, self._stops = engine, prompt, max_tokens, stops
         self._drafters = list(drafters)
-        self._grammar, self._top_logprobs, self._fill = grammar, top_logprobs, fill
+        self._grammar, self._top_logprobs, self._fill, self._max_draft = grammar, top_logprobs, fill, max_draft
         self.tool_names = tool_names  # the tools described: the answer may call them
         self._pieces: list[str] = []
         self._tokens: list[int] = []
@@ -90,6 +91,7 @@ class Generation:
             fill=self._fill,
             sampler=self.sampler,
             seed=self.seed,
+            max_draft=self._max_draft,
         )
         for piece in pieces:
             self._pieces.append(piece.text)
@@ -246,6 +248,7 @@ class LocalSpec:
         tool_choice: ToolChoice = "auto",
         logprobs: int | None = None,
         suffix: str | None = None,
+        max_draft: int | None = None,
     ) -> Generation:
         """Start a generation (it runs as it is iterated). The sampler settings apply identically to the
         target and the drafts; a seed makes sampled text repeatable; temperature 0 is greedy.
@@ -258,6 +261,7 @@ class LocalSpec:
         "required" or {"type": "function", "function": {"name": ...}} (the last two enforce a valid call).
         `logprobs` asks for each token's log-probability with that many alternatives (0-20).
         `suffix` makes a fill-in-the-middle completion of a string prompt.
+        `max_draft` caps the tokens any round of this generation drafts (0: the target alone; None: as loaded).
         A bad setting raises ValueError naming it; a prompt that is empty or does not fit the context
         raises LocalspecError (ContextFull) here.
         """
@@ -273,6 +277,10 @@ class LocalSpec:
             _check(name, value)
         if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
             raise ValueError(f"logprobs: at most {MAX_LOGPROBS} alternatives, not {logprobs}")
+        if max_draft is not None:
+            if isinstance(max_draft, bool) or not isinstance(max_draft, int):
+                raise ValueError(f"max_draft: a whole number of tokens, not {max_draft!r}")
+            _check("max_draft", max_draft, "k")
         target = self.engine.target
         calls = _tools_in_use(tools, tool_choice)
         grammar_text = _grammar(response_format, grammar, calls, tool_choice, target)
@@ -283,7 +291,7 @@ class LocalSpec:
             None if grammar_text is None else Constraint(grammar_tokenizer(target), grammar_text, target.n_vocab)
         )
         drafters: list[Drafter] = []
-        if self.engine.k != 0:
+        if self.engine.k != 0 and max_draft != 0:
             if prediction:
                 drafters.append(PredictionDrafter(target.tokenize(prediction), LineJoin(target.piece, target.tokenize)))
             if constraint is not None:
@@ -301,6 +309,7 @@ class LocalSpec:
             top_logprobs=logprobs,
             tool_names=[t["function"]["name"] for t in calls],
             fill=suffix is not None or _fills(target, tokens),
+            max_draft=max_draft,
         )
 
     def save_costs(self) -> None:
@@ -368,8 +377,9 @@ def _grammar(
         raise ValueError(f"{'grammar' if grammar is not None and kind == 'text' else 'response_format'}: {e}") from None
 
 
-def _check(name: str, value: object) -> None:
+def _check(name: str, value: object, setting: str | None = None) -> None:
+    """`value` within the range of the settings table's `setting` (default: `name`); ValueError naming `name`."""
     try:
-        SETTINGS[name].check(value)  # type: ignore[arg-type]
+        SETTINGS[setting or name].check(value)  # type: ignore[arg-type]
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None

@@ -211,6 +211,26 @@ def test_prediction_is_used_and_changes_nothing(server: Server, target: Model) -
     )
 
 
+def test_a_request_can_cap_or_turn_off_drafting(server: Server, target: Model) -> None:
+    """llama-server's `speculative.n_max`: 0 answers with the target alone, 2 drafts at most two tokens a round;
+    the text is the same every way."""
+    client = server.client()
+    answers = {
+        n: _chat(client, EDIT, temperature=0, max_tokens=60, extra_body={"speculative.n_max": n}) for n in (0, 2)
+    }
+    free = _chat(client, EDIT, temperature=0, max_tokens=60)
+    figures = {n: a.usage.model_extra["localspec"] for n, a in answers.items() if a.usage and a.usage.model_extra}
+    assert figures[0]["drafted"] == 0 and 0 < figures[2]["drafted"] <= 2 * figures[2]["target_passes"]
+    assert free.usage is not None and free.usage.model_extra["localspec"]["drafted"] > figures[2]["drafted"]
+    for answer in answers.values():
+        _same(target, EDIT, answer.choices[0].message.content or "", free.choices[0].message.content or "")
+    bad = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "speculative.n_max": -1},
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "speculative.n_max"
+
+
 def test_concurrent_clients_get_what_they_get_alone(server: Server, target: Model) -> None:
     """Four clients at once are served one after another, each as if alone.
 

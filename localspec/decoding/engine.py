@@ -149,6 +149,7 @@ class Engine:
         fill: bool = False,
         sampler: SamplerSettings | None = None,
         seed: int | None = None,
+        max_draft: int | None = None,
     ) -> Iterator[Piece]:
         """Stream the completion of `prompt`; `stats`, `completion` and `logprobs` (the caller's) fill in
         as it goes (`logprobs` with `top_logprobs` alternatives at each token).
@@ -156,7 +157,8 @@ class Engine:
         `drafters` join the engine's own for this generation only (a prediction of the output, say);
         `grammar` constrains the output (a fresh Constraint, at the grammar's start); `fill` says the prompt is
         a fill-in-the-middle's (the output is new text between its prefix and suffix). `sampler` and `seed` are
-        this generation's own (default: the engine's sampler, and its running sampling stream).
+        this generation's own (default: the engine's sampler, and its running sampling stream); `max_draft` caps the
+        tokens any round drafts (0: none).
         """
         start = time.perf_counter()
         st = Stats() if stats is None else stats
@@ -174,6 +176,7 @@ class Engine:
         try:
             while st.completion_tokens < max_tokens and len(ctx) < self.target.n_ctx:
                 room = min(max_tokens - st.completion_tokens - 1, self.target.n_ctx - len(ctx))
+                room = room if max_draft is None else min(room, max_draft)
                 r = self._step(ctx, room)
                 st.target_passes, st.drafted, st.accepted = (
                     st.target_passes + 1,

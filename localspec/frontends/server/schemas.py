@@ -145,6 +145,8 @@ class RequestBase(BaseModel):
     logit_bias: dict[str, float] | None = None
     functions: list[Any] | None = None
     response_format: ResponseFormat | None = None
+    # llama-server's per-request drafting cap: the most tokens a round drafts (0: the target alone)
+    speculative_n_max: Annotated[int | None, Field(ge=0, le=64, alias="speculative.n_max")] = None
 
     @field_validator("temperature", "top_p", "top_k", "min_p", "seed")
     @classmethod

@@ -66,6 +66,7 @@ class Service:
                     min_p=defaults.min_p if req.min_p is None else req.min_p,
                     seed=req.seed,
                     prediction=req.prediction.text() if req.prediction else None,
+                    max_draft=req.speculative_n_max,
                     **req.options(),
                 )
             except ContextFull as e:
