@@ -76,7 +76,7 @@ def test_closed_pipe_is_quiet(target_path, draft_path) -> None:
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, timeout=300)
     assert len(proc.stdout) == 20
     assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr
-    assert proc.returncode == 141  # localspec's own status: pipefail reports it, as the README says
+    assert proc.returncode == 141  # localspec's own status: pipefail reports it, as docs/guide.md says
 
 
 def test_prompt_longer_than_context(target_path, draft_path) -> None:

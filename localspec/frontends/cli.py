@@ -694,7 +694,7 @@ def doctor(
     b = build()
     print(
         f"llama-cpp-python {b.version}; backends: {', '.join(b.backends)}; GPU offload: "
-        f"{'yes' if b.gpu_offload else 'no (a CPU build: see README, Installing with CUDA or Metal)'}"
+        f"{'yes' if b.gpu_offload else 'no (a CPU build: see docs/gpu.md for CUDA and Metal builds)'}"
     )
     print(f"system info: {b.system_info}")
     if amx_weights_disabled():
