@@ -124,23 +124,43 @@ def test_a_damaged_decision_starts_afresh(data: object) -> None:
     assert DraftDecision.from_json(data) == DraftDecision()
 
 
-def _bump(path: str, worker: int, n: int) -> None:
+def _cycles(folder: str, worker: int, n: int) -> None:
+    """`n` load-learn-save cycles on the real cost and vocabulary stores, each for a model file of its own."""
+    import os
+    from types import SimpleNamespace
+
+    import localspec.models.vocab as vocab
+    from localspec.drafting.calibration import cached_costs, model_key, save_costs
+    from localspec.drafting.costs import CostModel
+
+    os.environ["LOCALSPEC_CACHE_DIR"] = folder
+    vocab.mismatch_uncached = lambda target, draft: None  # the headers' comparison is not what is tested
     for i in range(n):
-        update_json(Path(path), lambda store, i=i: store.__setitem__(f"{worker}-{i}", i))
+        path = Path(folder) / f"m{worker}-{i}.gguf"
+        path.write_bytes(b"x")
+        model = SimpleNamespace(path=path, n_threads=2, n_gpu_layers=0, n_ctx_asked=4096)
+        key = model_key(path, threads=2, gpu_layers=0, ctx=4096)
+        assert cached_costs(key) is None
+        save_costs(model, None, CostModel({1: 0.01 + i / 1e4}))  # type: ignore[arg-type]
+        assert vocab.mismatch(path, Path(folder) / "draft.gguf") is None
 
 
-def test_four_processes_updating_one_file_lose_nothing(tmp_path: Path) -> None:
-    """4 processes x 150 read-change-write cycles on one JSON file: every entry is there, the file whole."""
-    path = tmp_path / "costs.json"
+def test_four_processes_learning_at_once_lose_nothing(tmp_path: Path) -> None:
+    """4 processes x 250 load-learn-save cycles on the cost and vocabulary caches: every entry is kept and both
+    files are whole."""
+    (tmp_path / "draft.gguf").write_bytes(b"x")
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_bump, args=(str(path), w, 150)) for w in range(4)]
+    procs = [ctx.Process(target=_cycles, args=(str(tmp_path), w, 250)) for w in range(4)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(120)
+        p.join(300)
         assert p.exitcode == 0
-    data = json.loads(path.read_text())
-    assert len(data) == 600 and all(data[f"{w}-{i}"] == i for w in range(4) for i in range(150))
+    costs = json.loads((tmp_path / "costs.json").read_text())
+    checks = json.loads((tmp_path / "vocab-checks.json").read_text())
+    assert len(costs) == 1000 and all(entry["verify"]["1"] > 0 for entry in costs.values())
+    assert len(checks) == 1000 and set(checks.values()) == {None}
+    assert not list(tmp_path.glob("*.damaged")) and not list(tmp_path.glob(".*.tmp"))
 
 
 @pytest.mark.parametrize("damage", [b"", b'{"a": ', b"null", b"\xff\xfe", b"[1, 2]"])

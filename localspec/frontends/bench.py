@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -58,21 +57,12 @@ LOOKUP = "llama-cpp-python prompt lookup"
 def load_prompts(path: Path | None) -> list[dict[str, Any]]:
     """The built-in prompt set, or a JSONL file of {"prompt": ..., "task": optional name, "response_format":
     optional, OpenAI's, "suffix": optional, a fill-in-the-middle's}."""
-    if path is None:
-        from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
+    from localspec.frontends.bench_prompts import BUILTIN_PROMPTS, read_rows
 
+    if path is None:
         return BUILTIN_PROMPTS
     try:
-        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        return [
-            {
-                "task": str(r.get("task", f"prompt-{i + 1}")),
-                "prompt": str(r["prompt"]),
-                "response_format": r.get("response_format"),
-                "suffix": r.get("suffix"),
-            }
-            for i, r in enumerate(rows)
-        ]
+        return read_rows(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise LocalspecError(f"cannot read {path}: {e.strerror}") from None
     except (ValueError, KeyError, TypeError, AttributeError):
