@@ -23,7 +23,7 @@ from localspec.core.sampling import SamplerSettings, TokenLogprob
 from localspec.core.stats import Piece, Stats
 from localspec.core.tool_calls import ToolCall, call_grammar, parse_tool_calls
 from localspec.decoding.engine import Engine
-from localspec.decoding.loader import RunConfig, draft_drafter, load_engine
+from localspec.decoding.loader import RunConfig, draft_drafter, draft_path_of, load_engine
 from localspec.drafting.base import Drafter
 from localspec.drafting.calibration import save_costs
 from localspec.drafting.copier import LineJoin
@@ -93,9 +93,12 @@ class Generation:
             seed=self.seed,
             max_draft=self._max_draft,
         )
-        for piece in pieces:
-            self._pieces.append(piece.text)
-            yield piece
+        try:
+            for piece in pieces:
+                self._pieces.append(piece.text)
+                yield piece
+        finally:  # stopped early (a client gone, Ctrl-C): the generation ends now, its figures complete
+            pieces.close()
 
     def result(self) -> str:
         """Run to the end (if not iterated yet) and return the whole text."""
@@ -311,6 +314,52 @@ class LocalSpec:
             fill=suffix is not None or _fills(target, tokens),
             max_draft=max_draft,
         )
+
+    @property
+    def k(self) -> int | None:
+        """The draft length of the generations to come: None is the cost-aware choice of each round, 0 the
+        target alone."""
+        return self.engine.k
+
+    @k.setter
+    def k(self, value: int | None) -> None:
+        if value is None and self.engine.cost is None:
+            raise ValueError("k: automatic k needs the measured costs (load with k='auto')")
+        if value is not None:
+            _check("k", value)
+            if value > 0 and not self.engine.drafters:
+                raise ValueError("k: nothing drafts here (loaded with no_draft)")
+        self.engine.k = value
+
+    def check_response_format(self, response_format: dict[str, Any]) -> None:
+        """Refuse (ValueError naming it) a response format the grammar engine cannot follow, before generating."""
+        _grammar(response_format, None, [], "auto", self.engine.target)
+
+    @property
+    def n_ctx(self) -> int:
+        """The context the target holds, in tokens."""
+        return self.engine.target.n_ctx
+
+    @property
+    def pair(self) -> str:
+        """The target and what drafts for it, in a few words ("target ← draft", "target + copies")."""
+        engine, draft = self.engine, draft_path_of(self.engine)
+        return engine.target.name + (f" ← {draft.name}" if draft else " + copies" if engine.drafters else " (no draft)")
+
+    def prefill(self, prompt: Prompt, *, system: str | None = None) -> None:
+        """Decode a conversation so far into the target's cache (its template's text without the reply's start),
+        so that the next generation continuing it decodes only what is new."""
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        messages = ([{"role": "system", "content": system}] if system else []) + messages
+        tokens = chat_tokens(self.engine.target, messages, add_generation_prompt=False) if messages else []
+        if 0 < len(tokens) < self.engine.target.n_ctx:
+            self.engine.target.sync(tokens, 0)
+
+    def reset(self) -> None:
+        """Empty every cache (a new conversation)."""
+        self.engine.target.reset()
+        for d in self.engine.drafters:
+            d.reset()
 
     def save_costs(self) -> None:
         """Keep what this session learned about the machine's decode costs for the next run, and settle its

@@ -13,14 +13,21 @@ from conftest import assert_same_tokens
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
+from localspec import LocalSpec
 from localspec.core.sampling import SamplerSettings
-from localspec.decoding.conversation import Conversation
 from localspec.decoding.engine import Engine
-from localspec.decoding.loader import make_drafters
+from localspec.decoding.loader import RunConfig, make_drafters
 from localspec.frontends.chat import DRAFT_COLOR, Repl
+from localspec.frontends.conversation import Conversation
 from localspec.llama.model import Model
 
 GREEDY = SamplerSettings(temperature=0)
+
+
+def _conv(target: Model, drafters: list, k: int, **kw: object) -> Conversation:
+    """A greedy conversation on the public API over an engine of `target` with these drafters and k."""
+    spec = LocalSpec(Engine(target, drafters, GREEDY, k, seed=0), RunConfig(sampler=GREEDY, seed=0))
+    return Conversation(spec, **kw)  # type: ignore[arg-type]
 
 
 class Interrupting(io.StringIO):
@@ -63,14 +70,14 @@ def drive(
 def conv(target: Model, draft: Model) -> Conversation:
     target.reset()
     draft.reset()
-    return Conversation(Engine(target, make_drafters(target, draft), GREEDY, 4, seed=0), max_tokens=48)
+    return _conv(target, make_drafters(target, draft), 4, max_tokens=48)
 
 
 def test_second_turn_prefills_only_its_new_tokens(conv: Conversation) -> None:
     drive(conv, "What is 2 + 2? Answer briefly.\r/exit\r")
     first = conv._rendered(conv.messages[:-1])
     reply = conv.messages[-1]["tokens"]
-    cached = list(conv.engine.target.tokens)
+    cached = list(conv.spec.engine.target.tokens)
     drive(conv, "And 3 + 3?\r/exit\r")
     second = conv._rendered(conv.messages[:-1])
     assert second[: len(first) + len(reply)] == first + reply  # the history renders as the same tokens
@@ -88,9 +95,7 @@ def test_greedy_replies_equal_target_alone(target: Model, draft: Model) -> None:
     for k in (4, 0):
         target.reset()
         draft.reset()
-        conv = Conversation(
-            Engine(target, make_drafters(target, draft if k else None), GREEDY, k, seed=0), max_tokens=48
-        )
+        conv = _conv(target, make_drafters(target, draft if k else None), k, max_tokens=48)
         drive(conv, "".join(t + "\r" for t in turns) + "/exit\r")
         replies[k] = conv
     spec, base = replies[4], replies[0]
@@ -124,7 +129,7 @@ def test_save_then_load_round_trips(conv: Conversation, target: Model, draft: Mo
     drive(conv, f"/system You answer in one word.\rCapital of France?\r/save {path}\r/exit\r")
     target.reset()
     draft.reset()
-    other = Conversation(Engine(target, make_drafters(target, draft), GREEDY, 4, seed=0))
+    other = _conv(target, make_drafters(target, draft), 4)
     out = drive(other, f"/load {path}\r/exit\r")
     assert f"loaded {path} (2 messages)" in out
     assert other.to_json() == conv.to_json() and other.system == "You answer in one word."
@@ -133,13 +138,13 @@ def test_save_then_load_round_trips(conv: Conversation, target: Model, draft: Mo
     assert other.last.prefill_tokens < 20  # ... so the next turn decodes only its own tokens
 
 
-def test_set_changes_the_engine_for_real(conv: Conversation) -> None:
+def test_set_changes_the_settings_for_real(conv: Conversation) -> None:
     drive(
         conv, "/set k 6\r/set temperature 0.7\r/set top_k 5\r/set top_p 0.5\r/set min_p 0.2\r/set max_tokens 7\r/exit\r"
     )
-    e = conv.engine
-    assert e.k == 6 and conv.max_tokens == 7
-    assert (e.sampler.temperature, e.sampler.top_k, e.sampler.top_p, e.sampler.min_p) == (0.7, 5, 0.5, 0.2)
+    s = conv.sampler
+    assert s is not None and conv.spec.k == 6 and conv.max_tokens == 7
+    assert (s.temperature, s.top_k, s.top_p, s.min_p) == (0.7, 5, 0.5, 0.2)
 
 
 def test_clear_system_color_and_history(conv: Conversation, tmp_path: Path) -> None:
@@ -147,7 +152,7 @@ def test_clear_system_color_and_history(conv: Conversation, tmp_path: Path) -> N
     out = drive(conv, "/color on\rHi!\r/stats\r/clear\r/exit\r", color=False, history=history)
     assert DRAFT_COLOR in out  # accepted draft tokens are colored once /color on
     assert "session (1 replies)" in out and "new conversation" in out
-    assert conv.messages == [] and conv.engine.target.tokens == []
+    assert conv.messages == [] and conv.spec.engine.target.tokens == []
     assert "Hi!" in history.read_text()  # persistent input history
     out = drive(conv, "/color off\rHi!\r/system Be terse.\r/exit\r", color=True)
     assert DRAFT_COLOR not in out and conv.system == "Be terse." and conv.messages == []
@@ -155,7 +160,7 @@ def test_clear_system_color_and_history(conv: Conversation, tmp_path: Path) -> N
 
 def test_context_overflow_drops_oldest_turns(draft_path: Path) -> None:
     small = Model(draft_path, n_ctx=256)
-    conv = Conversation(Engine(small, [], GREEDY, 0, seed=0), system="Be brief.", max_tokens=16)
+    conv = _conv(small, [], 0, system="Be brief.", max_tokens=16)
     filler = "Please remember this sentence about apples and oranges. " * 6
     out = drive(conv, "".join(f"{filler} Turn {i}: say ok.\r" for i in range(4)) + "/exit\r")
     assert "context full: dropped the" in out
@@ -166,10 +171,25 @@ def test_context_overflow_drops_oldest_turns(draft_path: Path) -> None:
 
 def test_a_message_too_long_for_the_context_is_refused_and_every_turn_kept(draft_path: Path, tmp_path: Path) -> None:
     small = Model(draft_path, n_ctx=256)
-    conv = Conversation(Engine(small, [], GREEDY, 0, seed=0), max_tokens=8)
+    conv = _conv(small, [], 0, max_tokens=8)
     autosave = tmp_path / "last-chat.json"
     drive(conv, "Say ok.\r/exit\r", autosave=autosave)
     kept, saved = list(conv.messages), autosave.read_text()
     out = drive(conv, "apples and oranges " * 200 + "\r/exit\r", autosave=autosave)
     assert "too many" in out and "kept" in out
     assert conv.messages == kept and autosave.read_text() == saved  # nothing dropped, the saved chat intact
+
+
+def test_schema_and_prediction_reach_the_reply(conv: Conversation, tmp_path: Path) -> None:
+    """/schema makes every reply JSON valid against it; /predict drafts the next reply from a file."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    (tmp_path / "city.json").write_text(json.dumps(schema))
+    (tmp_path / "bad.json").write_text('{"type": "no-such-type"}')
+    out = drive(conv, f"/schema {tmp_path / 'bad.json'}\r/schema {tmp_path / 'city.json'}\rName a city.\r/exit\r")
+    assert "error: response_format" in out
+    assert "city" in json.loads(conv.messages[-1]["content"])
+    code = "def add(a, b): return a + b  # the sum of a and b, as a one-line Python function"
+    (tmp_path / "add.py").write_text(code)
+    drive(conv, f"/schema off\r/predict {tmp_path / 'add.py'}\rRepeat this line exactly: {code}\r/exit\r")
+    assert conv.last is not None and conv.last.drafted_by.get("prediction", 0) > 0
+    assert conv.prediction is None  # used once

@@ -4,34 +4,26 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from test_chat import drive
 
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
-from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.frontends.chat import COMMANDS, help_text
 
 
 def _conversation() -> SimpleNamespace:
-    """What the slash commands touch of a Conversation and its Engine, with no model behind it."""
+    """What the slash commands touch of a Conversation and its LocalSpec, with no model behind it."""
 
     def load(path: object) -> None:
         raise LocalspecError(f"cannot read {path}: No such file or directory")
 
-    engine = SimpleNamespace(
-        k=None,
-        cost=CostModel({1: 0.03}),
-        drafters=["copier"],
-        sampler=SamplerSettings(),
-        rng=np.random.default_rng(0),
-        target=SimpleNamespace(name="stand-in"),
-        notes=[],
-    )
+    spec = SimpleNamespace(k=None, pair="stand-in ← draft", check_response_format=lambda form: None)
     return SimpleNamespace(
-        engine=engine,
+        spec=spec,
+        sampler=SamplerSettings(),
+        seed=0,
         max_tokens=64,
         last=None,
         totals=Stats(),
@@ -71,6 +63,11 @@ def _conversation() -> SimpleNamespace:
         ("/load", "error: usage"),
         ("/load /nonexistent/x.json", "error: cannot read"),
         ("/system", "error: usage"),
+        ("/schema", "error: usage"),
+        ("/schema /nonexistent/s.json", "error: cannot read"),
+        ("/schema off", "replies are free text"),
+        ("/predict", "error: usage"),
+        ("/predict /nonexistent/f.py", "error: cannot read"),
         ("/frobnicate", "error: unknown command"),
         ("/help", "/set NAME VALUE"),
         ("/stats", "last reply: none yet"),
@@ -81,16 +78,16 @@ def test_slash_commands(line: str, expect: str) -> None:
     assert expect in out
 
 
-def test_set_changes_the_engine() -> None:
+def test_set_changes_the_settings() -> None:
     conv = _conversation()
     drive(
         conv,
         "/set k 6\r/set temperature 0.7\r/set top_k 5\r/set top_p 0.5\r/set min_p 0.2\r"  # type: ignore[arg-type]
         "/set max_tokens 7\r/set k auto\r/exit\r",
     )
-    e = conv.engine
-    assert e.k is None and conv.max_tokens == 7
-    assert (e.sampler.temperature, e.sampler.top_k, e.sampler.top_p, e.sampler.min_p) == (0.7, 5, 0.5, 0.2)
+    s = conv.sampler
+    assert conv.spec.k is None and conv.max_tokens == 7
+    assert (s.temperature, s.top_k, s.top_p, s.min_p) == (0.7, 5, 0.5, 0.2)
 
 
 def test_help_lists_every_command() -> None:

@@ -21,8 +21,9 @@ from localspec.paths import cache_dir
 SAVER = """
 import sys
 from pathlib import Path
-from localspec.decoding.conversation import Conversation
-conv = Conversation(engine=None)
+from types import SimpleNamespace
+from localspec.frontends.conversation import Conversation
+conv = Conversation(SimpleNamespace(config=SimpleNamespace(sampler=None, seed=0)))
 for i in range(150):
     conv.messages = [{"role": "user", "content": sys.argv[2] * (1 + i % 7) * 500}]
     conv.save(Path(sys.argv[1]))

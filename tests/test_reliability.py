@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_chat import drive
 
+from localspec import LocalSpec
 from localspec.core.sampling import SamplerSettings
-from localspec.decoding.conversation import Conversation
 from localspec.decoding.engine import Engine
+from localspec.decoding.loader import RunConfig
+from localspec.frontends.conversation import Conversation
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
 
@@ -191,7 +193,8 @@ def _rss_mb() -> float:
 def test_200_turn_chat_soak(draft_path: Path, tmp_path: Path) -> None:
     """Short replies through many context overflows; memory stays flat (the 0.5B model as target, for time)."""
     model = Model(draft_path, n_ctx=384)
-    conv = Conversation(Engine(model, [], SamplerSettings(temperature=0), 0, seed=0), max_tokens=6)
+    greedy = SamplerSettings(temperature=0)
+    conv = Conversation(LocalSpec(Engine(model, [], greedy, 0, seed=0), RunConfig(sampler=greedy)), max_tokens=6)
     rss = {}
     for turn in range(1, 201):
         drive(conv, f"Turn {turn}: reply with one short word.\r/exit\r", autosave=tmp_path / "auto.json")

@@ -11,12 +11,12 @@ from conftest import assert_same_tokens, run_cli
 from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
-from localspec.decoding.conversation import Conversation
 from localspec.decoding.loader import RunConfig, default_threads, draft_drafter, load_engine
 from localspec.drafting.calibration import model_key, save_costs
 from localspec.drafting.costs import CostModel
 from localspec.drafting.decision import DraftDecision
 from localspec.drafting.draft_model import DraftModelDrafter, margin, model_can_win
+from localspec.frontends.conversation import Conversation
 from localspec.frontends.doctor import draft_verdict
 
 GREEDY = SamplerSettings(temperature=0)
@@ -97,14 +97,16 @@ def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     drafter = draft_drafter(engine)
     assert drafter is not None and drafter.loaded is None and not engine.notes
     # First turn with the target alone: the draft model is not even loaded.
-    conv = Conversation(engine, max_tokens=40)
+    conv = Conversation(LocalSpec(engine, RunConfig(sampler=GREEDY)), max_tokens=40)
     engine.k = 0
     first = "".join(p.text for p in conv.reply("Name three prime numbers."))
     assert first and drafter.loaded is None
     # Second turn under automatic k: the draft is loaded and catches up late, on the whole conversation, and
     # the greedy reply is still the target's own.
     engine.k = None
-    second_prompt = conv._fit({"role": "user", "content": "Now list them in reverse order, one per line."})
+    second_prompt = conv._rendered(
+        conv._fit({"role": "user", "content": "Now list them in reverse order, one per line."})
+    )
     "".join(p.text for p in conv.reply("Now list them in reverse order, one per line."))
     got = conv.messages[-1]["tokens"]
     assert drafter.loaded is not None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,7 +150,7 @@ class Engine:
         sampler: SamplerSettings | None = None,
         seed: int | None = None,
         max_draft: int | None = None,
-    ) -> Iterator[Piece]:
+    ) -> Generator[Piece, None, None]:
         """Stream the completion of `prompt`; `stats`, `completion` and `logprobs` (the caller's) fill in
         as it goes (`logprobs` with `top_logprobs` alternatives at each token).
 

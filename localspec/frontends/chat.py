@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,10 +15,9 @@ from prompt_toolkit.completion import NestedCompleter
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
-from localspec.core.sampling import InvariantSampling
-from localspec.decoding.conversation import Conversation
-from localspec.decoding.loader import draft_path_of
+from localspec.api import SamplerSettings
 from localspec.errors import LocalspecError
+from localspec.frontends.conversation import Conversation
 from localspec.settings import CHAT_SETTABLE, SETTINGS
 
 DRAFT_COLOR, RESET = "\x1b[36m", "\x1b[0m"
@@ -106,16 +106,16 @@ class Repl:
         self._write(line + "\n")
 
     def _toolbar(self) -> str:
-        e = self.conv.engine
-        draft = draft_path_of(e)
-        names = e.target.name + (f" ← {draft.name}" if draft else " + copies" if e.drafters else " (no draft)")
-        last = self.conv.last
+        conv = self.conv
+        last = conv.last
         tail = ""
         if last and last.tokens_per_second:
             tail = f" · last {last.tokens_per_second:.1f} tok/s"
             if last.acceptance_rate is not None:
                 tail += f", acceptance {last.acceptance_rate:.0%}"
-        return f" {names} · k={'auto' if e.k is None else e.k} · T={e.sampler.temperature:g}{tail} "
+        k = conv.spec.k
+        temperature = conv.sampler.temperature if conv.sampler else 0.0
+        return f" {conv.spec.pair} · k={'auto' if k is None else k} · T={temperature:g}{tail} "
 
     def run(self) -> None:
         """The read-answer loop."""
@@ -135,7 +135,7 @@ class Repl:
                     self.answer(line)
             except Exit:
                 return
-            except LocalspecError as e:
+            except (LocalspecError, ValueError) as e:  # ValueError: a setting the API refused, naming it
                 self._say(f"error: {e}")
             except KeyboardInterrupt:  # while the history is tokenized or prefilled (/load): the session stays
                 self._say("[interrupted]")
@@ -185,7 +185,7 @@ def _set(repl: Repl, arg: str) -> None:
     if len(arg.split()) != 2:
         _bad("usage: /set NAME VALUE")
     name, raw = arg.split()
-    engine, conv = repl.conv.engine, repl.conv
+    conv = repl.conv
     if name not in CHAT_SETTABLE:
         _bad(f"cannot set {name!r}; settable: {', '.join(CHAT_SETTABLE)}")
     try:
@@ -193,17 +193,16 @@ def _set(repl: Repl, arg: str) -> None:
     except ValueError as e:
         _bad(f"{name}: {raw!r} is not valid ({e})")
     if name == "k":
-        if value == "auto" and engine.cost is None:
-            _bad("k auto needs the measured costs: start chat with --k auto (the default)")
-        if value != "auto" and not engine.drafters and value > 0:  # type: ignore[operator]
-            _bad("nothing drafts (started with --no-draft)")
-        engine.k = None if value == "auto" else value  # type: ignore[assignment]
+        try:
+            conv.spec.k = None if value == "auto" else int(value)  # type: ignore[arg-type]
+        except ValueError as e:
+            _bad(str(e))
     elif name == "max_tokens":
-        conv.max_tokens = value  # type: ignore[assignment]
+        conv.max_tokens = int(value)  # type: ignore[arg-type]
     elif name == "seed":
-        engine.sampling = InvariantSampling(value)  # type: ignore[arg-type]
+        conv.seed = int(value)  # type: ignore[arg-type]
     else:
-        engine.sampler = dataclasses.replace(engine.sampler, **{name: value})  # type: ignore[arg-type]
+        conv.sampler = dataclasses.replace(conv.sampler or SamplerSettings(), **{name: value})  # type: ignore[arg-type]
     repl._say(f"{name} = {value if isinstance(value, str) else format(value, 'g')}")
 
 
@@ -242,6 +241,39 @@ def _conversation_file(action: str, done: str) -> Callable[[Repl, str], None]:
 
 command("/save", "FILE", "save the conversation as JSON")(_conversation_file("save", "saved"))
 command("/load", "FILE", "load a saved conversation (and prefill it)")(_conversation_file("load", "loaded"))
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        _bad(f"cannot read {path}: {getattr(e, 'strerror', None) or e}")
+
+
+@command("/schema", "FILE|off", "every reply is JSON valid against this JSON schema (off: free text)")
+def _schema(repl: Repl, arg: str) -> None:
+    if not arg:
+        _bad("usage: /schema FILE|off")
+    if arg == "off":
+        repl.conv.response_format = None
+        repl._say("replies are free text")
+        return
+    try:
+        schema = json.loads(_read(arg))
+    except ValueError:
+        _bad(f"{arg} is not JSON")
+    form = {"type": "json_schema", "json_schema": {"name": Path(arg).stem, "schema": schema}}
+    repl.conv.spec.check_response_format(form)  # a schema the grammar engine refuses: one line, now
+    repl.conv.response_format = form
+    repl._say(f"replies follow the schema in {arg}")
+
+
+@command("/predict", "FILE", "the next reply is expected to repeat this file (an edit of it): drafted from it")
+def _predict(repl: Repl, arg: str) -> None:
+    if not arg:
+        _bad("usage: /predict FILE")
+    repl.conv.prediction = _read(arg)
+    repl._say(f"the next reply is drafted from {arg}")
 
 
 @command(

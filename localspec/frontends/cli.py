@@ -279,8 +279,8 @@ def chat(
 ) -> None:
     """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
     from localspec.api import LocalSpec
-    from localspec.decoding.conversation import Conversation
     from localspec.frontends.chat import Repl
+    from localspec.frontends.conversation import Conversation
     from localspec.frontends.generate import loading
     from localspec.paths import data_dir
 
@@ -291,7 +291,7 @@ def chat(
         spec = LocalSpec.from_config(cfg)
     for note in spec.notes:
         print(f"localspec: {note}", file=sys.stderr)
-    conv = Conversation(spec.engine, system=system, max_tokens=max_tokens)
+    conv = Conversation(spec, system=system, max_tokens=max_tokens)
     if resume:
         conv.load(autosave)
         print(f"resumed {len(conv.messages)} messages from {autosave}", file=sys.stderr)
