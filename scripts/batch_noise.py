@@ -1,6 +1,7 @@
 """How far batched decoding moves the target's top-two logit gap from one-token decoding (the near-tie bound).
 
     python scripts/batch_noise.py --tokens 60
+    GGML_CPU_TILED_MM=0 python scripts/batch_noise.py --target models/qwen2.5-coder-1.5b-instruct-q8_0.gguf
 
 Each prompt's greedy answer is decoded one token at a time, then again in verify-like batches (the whole
 answer, 8 and 3 at a time, after the prompt whole or split); at every position the change of the gap
@@ -24,10 +25,12 @@ PROMPTS = [f"Name one use of the number {n}, in one short sentence." for n in (2
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=60)
+    ap.add_argument("--target", default=None, help="a GGUF file (default: the default pair's target)")
     args = ap.parse_args()
-    spec = LocalSpec.load(no_draft=True)
+    spec = LocalSpec.load(args.target, no_draft=True)
     m = spec.engine.target
     moved: list[float] = []
+    rows_apart = 0  # positions whose logits differ at all
     for text in PROMPTS:
         prompt = spec.tokens([{"role": "user", "content": text}])
         m.reset()
@@ -51,10 +54,11 @@ def main() -> None:
                     one, many = single[j], batched[j - 1]
                     a, b = np.argsort(one)[-2:][::-1]
                     moved.append(abs(float((one[a] - one[b]) - (many[a] - many[b]))))
+                    rows_apart += not np.array_equal(one, many)
     q = np.percentile(moved, [50, 90, 99, 99.9])
     print(
         f"{len(moved)} positions: the top-two gap moved by median {q[0]:.3f}, p90 {q[1]:.3f}, p99 {q[2]:.3f}, "
-        f"p99.9 {q[3]:.3f}, max {max(moved):.3f} logits"
+        f"p99.9 {q[3]:.3f}, max {max(moved):.3f} logits; {rows_apart} positions' logits differ at all"
     )
 
 
