@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-BODY = {
+UNREAD = {  # a long stream with 20 alternatives a token: it fills socket buffers fast
     "model": "qwen2.5-coder-1.5b-instruct",
     "messages": [{"role": "user", "content": "Write a very long story about the sea."}],
     "max_tokens": 2000,
@@ -51,6 +51,7 @@ def free_port() -> int:
 
 
 def raw(port: int, data: bytes, rcvbuf: int | None = None) -> socket.socket:
+    """A client socket that sent `data` (a receive buffer of `rcvbuf` bytes: a client that reads little)."""
     sock = socket.socket()
     if rcvbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -59,13 +60,18 @@ def raw(port: int, data: bytes, rcvbuf: int | None = None) -> socket.socket:
     return sock
 
 
-def request(port: int, body: dict[str, Any]) -> bytes:
-    data = json.dumps(body).encode()
-    head = (
+def head(port: int, length: int) -> bytes:
+    """The headers of a chat completion request whose body is `length` bytes."""
+    return (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n"
-    )
-    return head.encode() + data
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def request(port: int, body: dict[str, Any]) -> bytes:
+    """A whole chat completion request of `body`, as bytes for a raw socket."""
+    data = json.dumps(body).encode()
+    return head(port, len(data)) + data
 
 
 def until(condition: Any, seconds: float = 300) -> float:
@@ -96,10 +102,10 @@ def main() -> None:
         httpx.post(f"{url}/v1/chat/completions", json=NORMAL, timeout=300).raise_for_status()
         alone = time.perf_counter() - t0
 
-        deaf = raw(port, request(port, BODY), rcvbuf=4096)
+        deaf = raw(port, request(port, UNREAD), rcvbuf=4096)
         until(lambda: health()["busy"])
         halves = [raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127") for _ in range(40)]
-        queued = [raw(port, request(port, {**BODY, "stream": False})) for _ in range(12)]
+        queued = [raw(port, request(port, {**UNREAD, "stream": False})) for _ in range(12)]
         until(lambda: health()["waiting"] == 12)
         for sock in queued:
             sock.close()

@@ -26,6 +26,9 @@ from localspec.core.sampling import SamplerSettings
 from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from stall_check import UNREAD, head, raw, request  # the raw-socket clients of scripts/stall_check.py
+
 CTX = "2048"
 MODEL = "qwen2.5-coder-1.5b-instruct"
 
@@ -481,23 +484,6 @@ def test_a_client_that_leaves_before_its_answer_frees_the_server(server: Server)
     _wait_for(lambda: not health()["busy"], "the worker to be free")
 
 
-def _raw(port: int, data: bytes, rcvbuf: int | None = None) -> socket.socket:
-    """A client socket that sent `data` (a receive buffer of `rcvbuf` bytes: a client that reads little)."""
-    sock = socket.socket()
-    if rcvbuf:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(data)
-    return sock
-
-
-def _head(port: int, length: int, path: str = "/v1/chat/completions") -> bytes:
-    return (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {length}\r\n\r\n"
-    ).encode()
-
-
 def _answer(sock: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection (a blocking read: the server's event)."""
     sock.settimeout(120)
@@ -512,9 +498,9 @@ def test_silent_slow_and_crowding_clients_stall_nothing(target_path: Path) -> No
     --client-timeout, and the others are served meanwhile; a full queue refuses before the body is read."""
     s = Server("--client-timeout", "2", "--max-queue", "1", "--max-body", "4096")
     try:
-        half = _raw(s.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127")
-        idle = [_raw(s.port, b"") for _ in range(60)]
-        short = _raw(s.port, _head(s.port, 1000) + b'{"model":')
+        half = raw(s.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127")
+        idle = [raw(s.port, b"") for _ in range(60)]
+        short = raw(s.port, head(s.port, 1000) + b'{"model":')
         assert httpx.get(f"{s.url}/health", timeout=10).status_code == 200  # served beside them
         assert _answer(half) == b"" and all(_answer(sock) == b"" for sock in idle)  # closed, unanswered
         late = _answer(short)
@@ -526,22 +512,11 @@ def test_silent_slow_and_crowding_clients_stall_nothing(target_path: Path) -> No
         )
         assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "body_too_large"
 
-        body = json.dumps(
-            {
-                "model": MODEL,
-                "messages": [{"role": "user", "content": "Write a very long story about the sea."}],
-                "max_tokens": 2000,
-                "temperature": 0,
-                "stream": True,
-                "logprobs": True,
-                "top_logprobs": 20,
-            }
-        ).encode()
-        deaf = _raw(s.port, _head(s.port, len(body)) + body, rcvbuf=4096)  # never reads
+        deaf = raw(s.port, request(s.port, UNREAD), rcvbuf=4096)  # a long stream with logprobs, never read
         _wait_for(lambda: httpx.get(f"{s.url}/health").json()["busy"], "the unread stream to run")
-        queued = _raw(s.port, _head(s.port, len(body)) + body)
+        queued = raw(s.port, request(s.port, UNREAD))
         _wait_for(lambda: httpx.get(f"{s.url}/health").json()["waiting"] == 1, "a request to queue")
-        crowd = _raw(s.port, _head(s.port, 4000))  # headers only: refused before its body is sent
+        crowd = raw(s.port, head(s.port, 4000))  # headers only: refused before its body is sent
         refused = _answer(crowd)
         assert refused.startswith(b"HTTP/1.1 503") and b"queue_full" in refused, refused
         queued.close()
