@@ -372,7 +372,7 @@ class LocalSpec:
                 engine.cost,
                 engine.draft_choice,
                 seconds=self.load_seconds + engine.busy_seconds,
-                trial_seconds=drafter.trial_seconds if drafter else 0.0,
+                realized=drafter.realized if drafter else None,
             )
             engine.draft_choice = None
 

@@ -82,14 +82,18 @@ def test_a_noisy_margin_near_the_threshold_never_oscillates(true_margin: float) 
     )
 )
 def test_tries_cost_under_the_budget_on_any_history(runs: list[tuple[float, float, float]]) -> None:
-    """Runs of any length, tries costing up to twice the last one (or the estimate), margins anywhere: the
-    seconds spent on tries never pass BUDGET of the user's seconds, and no two runs in a row are tries."""
-    d, last, estimate = DraftDecision(), "skip", 1.0
+    """Runs of any length, tries costing up to twice the last one (or the estimate), uses that end losing as
+    much, margins anywhere: the seconds spent on tries and ended uses never pass BUDGET of the user's seconds
+    by more than one ended use's loss (charged after its run), and no two runs in a row are tries."""
+    d, last, estimate, ended = DraftDecision(), "skip", 1.0, 0.0
     for i, (seconds, margin, cost_share) in enumerate(runs):
         choice = d.choice(estimate)
         cost = cost_share * (d.last_try if d.last_try is not None else estimate)
-        d.settle(choice, margin=margin if i else None, seconds=seconds, try_seconds=cost)
-        assert d.try_seconds <= BUDGET * d.user_seconds + 1e-9
+        before = d.try_seconds
+        d.settle(choice, margin=margin if i and choice != "skip" else None, seconds=seconds, try_seconds=cost)
+        if choice == "use" and not d.uses:
+            ended = max(ended, d.try_seconds - before)
+        assert d.try_seconds <= BUDGET * d.user_seconds + ended + 1e-9
         assert not (choice == last == "try")
         last = choice
 
@@ -117,6 +121,22 @@ def test_a_winner_found_by_a_try_is_used_until_it_clearly_loses() -> None:
         assert d.uses
     d.settle("use", margin=1 - NOISE - 0.01, seconds=20.0)
     assert not d.uses
+
+
+def test_a_promise_that_answers_do_not_keep_is_used_ever_more_rarely() -> None:
+    """Its costs promise a win (each try says 1.15) but answers realize a loss (0.85, losing 1.5 s of a 15 s
+    run): each use ends after one run, the wait before the next try doubles every time, and what the tries
+    and the lost uses cost stays near the budget."""
+    d, used = DraftDecision(), []
+    for i in range(600):
+        choice = d.choice(1.0)
+        if choice == "use":
+            used.append(i)
+        margin = {"try": 1.15, "use": 0.85}.get(choice)  # a run without the draft model says nothing of it
+        d.settle(choice, margin=margin, seconds=15.0, try_seconds={"try": 1.0, "use": 1.5}.get(choice, 0.0))
+    gaps = [b - a for a, b in itertools.pairwise(used)]
+    assert len(used) <= 15 and gaps == sorted(gaps) and max(gaps) <= MAX_WAIT + 2  # ever further apart, then capped
+    assert d.try_seconds <= BUDGET * d.user_seconds + 2 * 1.5
 
 
 @pytest.mark.parametrize("data", [None, "one", 0.0, [], {"uses": "yes", "runs": -3, "wait": 1.5, "margin": "x"}])
@@ -178,3 +198,33 @@ def test_an_unwritable_folder_is_a_note_not_a_crash(tmp_path: Path, capsys: pyte
     blocker.write_text("")
     assert not update_json(blocker / "costs.json", lambda store: None)
     assert "could not write" in capsys.readouterr().err
+
+
+def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saving a session judges the draft model by what its rounds realized (its load included) once it drafted
+    JUDGED_ROUNDS rounds, not by its costs' promise; a session that never loaded it says nothing of it."""
+    from types import SimpleNamespace
+
+    from localspec.drafting.calibration import DraftChoice, kept_decision, model_key, save_costs
+    from localspec.drafting.costs import CostModel
+    from localspec.drafting.draft_model import JUDGED_ROUNDS, Realized
+
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
+    path = tmp_path / "target.gguf"
+    path.write_bytes(b"x")
+    target = SimpleNamespace(path=path, n_threads=2, n_gpu_layers=0, n_ctx_asked=4096)
+    tkey = model_key(path, threads=2, gpu_layers=0, ctx=4096)
+    cost = CostModel({1: 0.1, 5: 0.14}, draft=0.01)  # its costs promise a clear win
+    losing = Realized()
+    for _ in range(JUDGED_ROUNDS):
+        losing.add(seconds=0.30, alone=0.25)  # each round took longer than the target alone for its tokens
+    choice = DraftChoice("draft", "use", DraftDecision(uses=True, wait=4), load_seconds=0.4)
+    save_costs(target, None, cost, choice, seconds=20.0, realized=losing)  # type: ignore[arg-type]
+    kept = kept_decision(tkey, "draft")
+    assert not kept.uses and kept.wait == 8 and kept.margin == pytest.approx(2.0 / 2.8)
+    assert kept.try_seconds == pytest.approx(2.8 - 2.0)  # the ended use's loss counts against the budget
+    unloaded = DraftChoice("draft", "use", DraftDecision(uses=True), load_seconds=0.0)  # a short answer
+    save_costs(target, None, cost, unloaded, seconds=2.0, realized=Realized())  # type: ignore[arg-type]
+    assert unloaded.decision.uses and unloaded.decision.runs == 1  # nothing new about the draft model

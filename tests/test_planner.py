@@ -13,8 +13,11 @@ from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
 
 
 def _model(cost: CostModel | None, cached: list[int] | None = None) -> DraftModelDrafter:
-    """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded."""
-    return DraftModelDrafter(SimpleNamespace(tokens=cached or [], path="draft.gguf"), cost)  # type: ignore[arg-type]
+    """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded; it drafts
+    from the answer's first token (these contexts are a few tokens long)."""
+    drafter = DraftModelDrafter(SimpleNamespace(tokens=cached or [], path="draft.gguf"), cost)  # type: ignore[arg-type]
+    drafter.min_answer = 0
+    return drafter
 
 
 CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft=0.026)
@@ -321,3 +324,16 @@ def test_a_middle_trusts_a_short_copy_of_its_context_as_little_as_an_echo() -> N
     ctx = [*prompt, 4, 7, 8, 9]
     assert quote.propose(ctx, 5) == middle.propose(ctx, 5) == [10, 11, 12, 13, 14]
     assert quote.holds(5) and middle.holds(5) == []  # a 3-token likeness: not worth a verify in a middle
+
+
+def test_the_draft_model_waits_for_a_long_answer() -> None:
+    """A short answer never pays the draft model's load and catch-up: it drafts from the answer's MIN_ANSWER-th
+    token on."""
+    from localspec.drafting.draft_model import MIN_ANSWER
+
+    drafter = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), FLAT)  # type: ignore[arg-type]
+    planner = Planner([drafter], k=None, cost=FLAT)
+    prompt = list(range(100))
+    drafter.start(len(prompt))
+    assert planner.plan(prompt + [1] * (MIN_ANSWER - 1), room=400).drafter is None
+    assert planner.plan(prompt + [1] * MIN_ANSWER, room=400).drafter is drafter

@@ -14,7 +14,15 @@ from typing import Any
 
 from localspec.drafting.costs import CostModel
 from localspec.drafting.decision import Choice, DraftDecision
-from localspec.drafting.draft_model import PROBE_ALPHA, TRIAL_K, TRIAL_ROUNDS, WIN_MARGIN, margin, model_can_win
+from localspec.drafting.draft_model import (
+    PROBE_ALPHA,
+    TRIAL_K,
+    TRIAL_ROUNDS,
+    WIN_MARGIN,
+    Realized,
+    margin,
+    model_can_win,
+)
 from localspec.files import read_json, update_json
 from localspec.llama.model import Model
 from localspec.paths import cache_dir
@@ -234,20 +242,24 @@ def save_costs(
     choice: DraftChoice | None = None,
     *,
     seconds: float = 0.0,
-    trial_seconds: float = 0.0,
+    realized: Realized | None = None,
 ) -> None:
     """Keep the learned quiet costs for the next run (never the session's load), and settle `choice` into
-    its kept decision: the user spent `seconds` on the session, and a try of the draft model cost its load
-    and `trial_seconds` (its trial rounds beyond the target alone's time). Never fails the caller."""
+    its kept decision: the user spent `seconds` on the session, and the draft model's rounds took what
+    `realized` says against the target alone. Never fails the caller."""
     if not cost.measured and choice is None:
         return
     known = cost.draft > 0 and not cost.draft_guessed  # measured here, now or by a run before
     if choice is not None:
+        loaded = choice.load_seconds > 0
+        speedup = realized.speedup(choice.load_seconds) if realized is not None and loaded else None
+        promised = margin(cost) if loaded and known and cost.measured else None  # no new evidence unless loaded
+        lost = max(realized.seconds + choice.load_seconds - realized.alone, 0.0) if realized and loaded else 0.0
         choice.decision.settle(
-            choice.choice,
-            margin=margin(cost) if known and cost.measured else None,
+            choice.choice if loaded else "skip",  # a use or try whose answer never reached the draft model
+            margin=speedup if speedup is not None else promised,
             seconds=seconds,
-            try_seconds=choice.load_seconds + max(trial_seconds, 0.0),
+            try_seconds=lost,
         )
 
     def change(store: dict[str, Any]) -> None:

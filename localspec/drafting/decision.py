@@ -1,9 +1,10 @@
 """Whether a run loads the draft model: a verdict kept between runs, with hysteresis and an exploration budget.
 
-The verdict moves only when the learned margin (how far the draft model's promise at PROBE_ALPHA clears
-WIN_MARGIN, 1.0 at the threshold) leaves a noise band around 1; a draft model kept out is tried again only
-rarely (after `wait` runs without it, the wait doubling with every try that confirms the loss) and only while
-the seconds such tries cost stay under BUDGET of the seconds the user has spent on this pair. A try is no
+The verdict moves only when the learned margin (1.0 at the threshold: the speedup an answer realized with the
+draft model, or before enough of its rounds ran, how far its promise at PROBE_ALPHA clears WIN_MARGIN) leaves
+a noise band around 1; a draft model kept out is tried again only rarely (after `wait` runs without it, the
+wait doubling with every try that confirms the loss and every use that ends) and only while the seconds such
+tries (and ended uses) cost stay under BUDGET of the seconds the user has spent on this pair. A try is no
 separate measurement: the draft model drafts for that run's answer, and its costs are learned from its own
 decodes. Pure bookkeeping: calibration.py keeps it in the cost store and feeds it the figures.
 """
@@ -65,8 +66,13 @@ class DraftDecision:
         return "skip"
 
     def settle(self, choice: Choice, *, margin: float | None, seconds: float, try_seconds: float = 0.0) -> None:
-        """Fold in a finished run: its choice, the margin its costs give now (None where the draft model's
-        costs are unknown), the user's seconds, and what a try cost (its load and its drafting)."""
+        """Fold in a finished run: its choice, its margin (the answer's realized speedup with the draft model, or
+        where too few of its rounds ran, the promise its costs give; None where they are unknown), the user's
+        seconds, and what the draft model cost beyond the target alone (its load and its drafting): a try's, or
+        a use's that ends the use.
+
+        A use that ends, like a try that keeps it out, doubles the wait before the next try, so a draft model
+        near the threshold is explored ever more rarely, within the budget."""
         self.user_seconds += seconds
         self.runs = 0 if choice != "skip" else self.runs + 1
         if choice == "try":
@@ -75,9 +81,10 @@ class DraftDecision:
         if margin is not None:
             self.margin = margin
             if self.uses and margin < 1 - NOISE:
-                self.uses, self.wait = False, 2 * FIRST_WAIT
+                self.uses, self.try_seconds = False, self.try_seconds + try_seconds
+                self.wait = min(2 * max(self.wait, FIRST_WAIT), MAX_WAIT)
             elif not self.uses and margin > 1 + NOISE:
-                self.uses, self.wait = True, FIRST_WAIT
+                self.uses = True
         if choice == "try" and not self.uses:
             self.wait = min(2 * max(self.wait, FIRST_WAIT), MAX_WAIT)
 

@@ -28,6 +28,11 @@ WIN_MARGIN = 1.25
 # A draft model on trial (calibration.decide_draft) drafts TRIAL_K tokens in this many rounds where nothing
 # else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
 TRIAL_ROUNDS, TRIAL_K = 4, 4
+# The draft model drafts only once an answer is this long: a shorter one never pays its load and catch-up
+# (a short answer on a Q8_0 target ran 0.86x of the target alone when it did).
+MIN_ANSWER = 32
+# Rounds of the draft model's own after which a session's realized speedup judges it (fewer: its costs do).
+JUDGED_ROUNDS = 8
 _CATCH_UP = 16  # the fewest tokens of a catch-up whose time per token is taken for the draft's batched cost
 
 
@@ -70,6 +75,26 @@ def model_can_win(cost: CostModel, *, room: int = 16, setup: float = 0.0) -> boo
     return margin(cost, room=room, setup=setup) > 1
 
 
+@dataclass
+class Realized:
+    """What the draft model's rounds took (`seconds`, its catch-ups included) against what the target alone
+    would have taken for the same tokens (`alone`: a one-token decode each)."""
+
+    seconds: float = 0.0
+    alone: float = 0.0
+    rounds: int = 0
+
+    def add(self, seconds: float, alone: float) -> None:
+        self.seconds, self.alone, self.rounds = self.seconds + seconds, self.alone + alone, self.rounds + 1
+
+    def speedup(self, load_seconds: float) -> float | None:
+        """The session's realized speedup of the answer's draft-model rounds, its load included (1.0: even);
+        None before JUDGED_ROUNDS rounds."""
+        if self.rounds < JUDGED_ROUNDS:
+            return None
+        return self.alone / max(self.seconds + load_seconds, 1e-9)
+
+
 class DraftModelDrafter(Drafter):
     """Drafts by sampling a small model token by token, keeping each token's distribution q.
 
@@ -95,9 +120,11 @@ class DraftModelDrafter(Drafter):
         self.cost = cost
         self.acceptance = Acceptance()
         self.trial_rounds = TRIAL_ROUNDS if trial else 0  # on trial: drafts TRIAL_K this often, to be measured
-        self.trial_seconds = 0.0  # what its trial rounds cost beyond the target alone's time for their tokens
+        self.realized = Realized()  # what its rounds took against the target alone's time for their tokens
+        self._answer_start = 0  # where the answer began
+        self.min_answer = MIN_ANSWER  # it drafts once the answer is this long
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
-        self._probing = self._trying = False
+        self._probing = False
         self._round_start = 0.0
 
     @property
@@ -112,8 +139,14 @@ class DraftModelDrafter(Drafter):
         if self.loaded is not None:
             self.loaded.reset()
 
+    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+        self._answer_start = prompt_len
+
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return self.acceptance.survival(k_max)
+        return self.acceptance.survival(k_max) if self._long_enough(ctx) else []
+
+    def _long_enough(self, ctx: list[int]) -> bool:
+        return len(ctx) - self._answer_start >= self.min_answer
 
     def token_seconds(self, cost: CostModel) -> float:
         return cost.draft_token
@@ -126,8 +159,10 @@ class DraftModelDrafter(Drafter):
         return max(behind, 0) * cost.draft_prefill_token
 
     def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
+        if not self._long_enough(ctx):
+            return 0
         if self.trial_rounds > 0:
-            self.trial_rounds, self._trying = self.trial_rounds - 1, True
+            self.trial_rounds -= 1
             return min(TRIAL_K, room)
         if self._since < self.probe_every or not model_can_win(cost, room=room, setup=self.setup_seconds(ctx, cost)):
             return 0
@@ -153,13 +188,12 @@ class DraftModelDrafter(Drafter):
             self._since += 1
             return
         self.acceptance.observe(drafted, accepted)
-        if self._trying and self.cost is not None:  # the round's time less the target alone's for its tokens
-            alone = (accepted + 1) * self.cost.verify_cost(1)
-            self.trial_seconds += time.perf_counter() - self._round_start - alone
-        elif self._probing and self.cost is not None:
+        if self.cost is not None:  # the round's time against the target alone's for the same tokens
+            self.realized.add(time.perf_counter() - self._round_start, (accepted + 1) * self.cost.verify_cost(1))
+        if self._probing and self.cost is not None:
             won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_token)[0] > 0
             self.probe_every = 8 if won else min(2 * self.probe_every, 256)
-        self._probing = self._trying = False
+        self._probing = False
         self._since = 0
 
     def rewind(self, n: int) -> None:
