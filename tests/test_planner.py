@@ -13,11 +13,8 @@ from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
 
 
 def _model(cost: CostModel | None, cached: list[int] | None = None) -> DraftModelDrafter:
-    """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded; it drafts
-    from the answer's first token (these contexts are a few tokens long)."""
-    drafter = DraftModelDrafter(SimpleNamespace(tokens=cached or [], path="draft.gguf"), cost)  # type: ignore[arg-type]
-    drafter.min_answer = 0
-    return drafter
+    """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded."""
+    return DraftModelDrafter(SimpleNamespace(tokens=cached or [], path="draft.gguf"), cost)  # type: ignore[arg-type]
 
 
 CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft=0.026)
@@ -327,13 +324,17 @@ def test_a_middle_trusts_a_short_copy_of_its_context_as_little_as_an_echo() -> N
 
 
 def test_the_draft_model_waits_for_a_long_answer() -> None:
-    """A short answer never pays the draft model's load and catch-up: it drafts from the answer's MIN_ANSWER-th
-    token on."""
+    """A short answer never pays the load and catch-up of a draft model loaded on demand: it drafts from the
+    answer's MIN_ANSWER-th token on (one loaded already drafts from the start)."""
+    from pathlib import Path
+
     from localspec.drafting.draft_model import MIN_ANSWER
 
-    drafter = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), FLAT)  # type: ignore[arg-type]
+    model = SimpleNamespace(tokens=[], path="draft.gguf")
+    drafter = DraftModelDrafter(lambda: model, FLAT, path=Path("draft.gguf"))  # type: ignore[arg-type, return-value]
     planner = Planner([drafter], k=None, cost=FLAT)
     prompt = list(range(100))
     drafter.start(len(prompt))
     assert planner.plan(prompt + [1] * (MIN_ANSWER - 1), room=400).drafter is None
     assert planner.plan(prompt + [1] * MIN_ANSWER, room=400).drafter is drafter
+    assert _model(FLAT).min_answer == 0

@@ -129,7 +129,6 @@ def test_setup_cost_is_priced_against_the_tokens_left() -> None:
 
     cost = CostModel(dict(GPU_CURVE), draft=0.002, draft_prefill=0.0004)
     drafter = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), cost)  # type: ignore[arg-type]
-    drafter.min_answer = 0
     planner = Planner([drafter], k=None, cost=cost)
     ctx = list(range(2000))
     assert planner.plan(ctx, room=8).drafter is None

@@ -28,8 +28,8 @@ WIN_MARGIN = 1.25
 # A draft model on trial (calibration.decide_draft) drafts TRIAL_K tokens in this many rounds where nothing
 # else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
 TRIAL_ROUNDS, TRIAL_K = 4, 4
-# The draft model drafts only once an answer is this long: a shorter one never pays its load and catch-up
-# (a short answer on a Q8_0 target ran 0.86x of the target alone when it did).
+# A draft model loaded on demand drafts only once an answer is this long: a shorter one never pays its load and
+# catch-up (a short answer on a Q8_0 target ran 0.86x of the target alone when it did).
 MIN_ANSWER = 32
 # Rounds of the draft model's own after which a session's realized speedup judges it (fewer: its costs do).
 JUDGED_ROUNDS = 8
@@ -122,7 +122,7 @@ class DraftModelDrafter(Drafter):
         self.trial_rounds = TRIAL_ROUNDS if trial else 0  # on trial: drafts TRIAL_K this often, to be measured
         self.realized = Realized()  # what its rounds took against the target alone's time for their tokens
         self._answer_start = 0  # where the answer began
-        self.min_answer = MIN_ANSWER  # it drafts once the answer is this long
+        self.min_answer = MIN_ANSWER if callable(model) else 0  # loaded on demand: only for a long answer
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
         self._probing = False
         self._round_start = 0.0
