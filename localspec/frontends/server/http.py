@@ -1,14 +1,21 @@
 """The HTTP/1.1 connection (uvicorn's h11 protocol) with the one timeout uvicorn lacks: a request's headers
 must arrive within `header_seconds` of the connection (or of the previous response), so sockets that send
-half a header, or nothing, do not stay open forever. Bodies are timed by the guard, idle keep-alive
+half a header, or nothing, do not stay open forever; and a bounded send buffer, so a client that stops
+reading is felt at once. Bodies are timed by the guard, idle keep-alive
 connections by uvicorn, clients that stop reading by the worker."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# The kernel's send buffer of a connection. Left to itself Linux grows it to megabytes, which swallow a whole
+# answer streamed to a client that reads nothing (2,000 tokens with 20 log-probabilities each), so the worker
+# would only learn that the client stopped reading once the answer is done; 64 KiB holds a second of any stream.
+SEND_BUFFER = 64 * 1024
 
 
 def timed_protocol(header_seconds: float) -> type[H11Protocol]:
@@ -19,6 +26,9 @@ def timed_protocol(header_seconds: float) -> type[H11Protocol]:
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # a client that stops reading is felt after SEND_BUFFER bytes, not megabytes
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
             self._arm()
 
         def on_response_complete(self) -> None:
