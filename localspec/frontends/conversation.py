@@ -58,13 +58,16 @@ class Conversation:
         positions shift) happens once every few turns rather than at every turn.
         """
         n_ctx = self.spec.n_ctx
-        alone = len(self._rendered([user]))
+        room = min(self.max_tokens, n_ctx // 2)
+        needed = len(self._rendered([*self.messages, user]))
+        if needed + room <= n_ctx:  # it fits as it is: one rendering, the common case
+            return [*self.messages, user]
+        alone = len(self._rendered([user])) if self.messages else needed
         if alone >= n_ctx:
             raise LocalspecError(
                 f"this message needs {alone} tokens and the context holds {n_ctx} ({alone - n_ctx + 1} too many); "
                 "the conversation is kept as it was"
             )
-        room = min(self.max_tokens, n_ctx // 2)
         dropped, limit = 0, n_ctx
         while len(self._rendered([*self.messages, user])) + room > limit and self.messages:
             limit = n_ctx // 2
