@@ -22,7 +22,7 @@ from localspec.core.grammar import ANY_JSON_OBJECT, Constraint, GrammarError, co
 from localspec.core.sampling import SamplerSettings, TokenLogprob
 from localspec.core.stats import Piece, Stats
 from localspec.core.tool_calls import ToolCall, call_grammar, parse_tool_calls
-from localspec.decoding.engine import Engine
+from localspec.decoding.engine import Engine, Request
 from localspec.decoding.loader import RunConfig, draft_drafter, draft_path_of, load_engine
 from localspec.drafting.base import Drafter
 from localspec.drafting.calibration import save_costs
@@ -35,6 +35,8 @@ from localspec.llama.model import Model
 from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
 from localspec.settings import SETTINGS
 
+__all__ = ["Generation", "LocalSpec", "Message", "Piece", "Prompt", "SamplerSettings", "Stats", "ToolCall"]
+
 Prompt = str | Sequence[Message]
 ToolChoice = Literal["auto", "none", "required"] | dict[str, Any]
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI allows
@@ -44,55 +46,19 @@ class Generation:
     """One generation, streamed: iterate it for Pieces (text, and whether it was an accepted draft);
     once it is done, `text` and `stats` hold the whole answer and its figures."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        prompt: list[int],
-        max_tokens: int,
-        stops: Sequence[str],
-        drafters: Sequence[Drafter] = (),
-        *,
-        seed: int,
-        sampler: SamplerSettings,
-        grammar: Constraint | None = None,
-        top_logprobs: int | None = None,
-        tool_names: Sequence[str] = (),
-        fill: bool = False,
-        max_draft: int | None = None,
-    ) -> None:
-        self._engine, self._prompt, self._max_tokens, self._stops = engine, prompt, max_tokens, stops
-        self._drafters = list(drafters)
-        self._grammar, self._top_logprobs, self._fill, self._max_draft = grammar, top_logprobs, fill, max_draft
+    def __init__(self, engine: Engine, request: Request, tool_names: Sequence[str] = ()) -> None:
+        self._run = engine.generate(request)
         self.tool_names = tool_names  # the tools described: the answer may call them
         self._pieces: list[str] = []
-        self._tokens: list[int] = []
-        self._started = False
-        self.seed = seed  # the seed this generation samples with: the same seed gives the same text
-        self.sampler = sampler  # its own sampler settings (another generation's never change them)
-        self.prediction = next((d.prediction for d in drafters if isinstance(d, PredictionDrafter)), None)
-        self.stats = Stats()  # this generation's figures (complete once it has ended)
+        self.seed = request.seed  # the seed this generation samples with: the same seed gives the same text
+        self.sampler = request.sampler  # its own sampler settings (another generation's never change them)
+        self.prediction = next((d.prediction for d in request.drafters if isinstance(d, PredictionDrafter)), None)
+        self.stats = self._run.stats  # this generation's figures (complete once it has ended)
         # the log-probability of each completion token, when asked for (`logprobs`)
-        self.logprobs: list[TokenLogprob] | None = None if top_logprobs is None else []
+        self.logprobs: list[TokenLogprob] | None = self._run.logprobs
 
     def __iter__(self) -> Generator[Piece, None, None]:
-        if self._started:
-            raise RuntimeError("a Generation can be iterated only once")
-        self._started = True
-        pieces = self._engine.generate(
-            self._prompt,
-            self._max_tokens,
-            self._stops,
-            self._drafters,
-            stats=self.stats,
-            completion=self._tokens,
-            grammar=self._grammar,
-            logprobs=self.logprobs,
-            top_logprobs=self._top_logprobs or 0,
-            fill=self._fill,
-            sampler=self.sampler,
-            seed=self.seed,
-            max_draft=self._max_draft,
-        )
+        pieces = iter(self._run)
         try:
             for piece in pieces:
                 self._pieces.append(piece.text)
@@ -102,7 +68,7 @@ class Generation:
 
     def result(self) -> str:
         """Run to the end (if not iterated yet) and return the whole text."""
-        if not self._started:
+        if not self._run.started:
             for _ in self:
                 pass
         return self.text
@@ -131,12 +97,12 @@ class Generation:
 
     @property
     def prompt_tokens(self) -> list[int]:
-        return list(self._prompt)
+        return list(self._run.request.prompt)
 
     @property
     def tokens(self) -> list[int]:
         """The completion's tokens so far."""
-        return list(self._tokens)
+        return list(self._run.tokens)
 
 
 class LocalSpec:
@@ -299,21 +265,19 @@ class LocalSpec:
                 drafters.append(PredictionDrafter(target.tokenize(prediction), LineJoin(target.piece, target.tokenize)))
             if constraint is not None:
                 drafters.append(ForcedDrafter(constraint))
-        seed = secrets.randbelow(2**31) if seed is None else seed
-        return Generation(
-            self.engine,
-            tokens,
+        request = Request(
+            tuple(tokens),
             max_tokens,
-            list(stop),
-            drafters,
-            seed=seed,
-            sampler=sampler,
-            grammar=constraint,
-            top_logprobs=logprobs,
-            tool_names=[t["function"]["name"] for t in calls],
+            sampler,
+            secrets.randbelow(2**31) if seed is None else seed,
+            tuple(stop),
+            tuple(drafters),
+            constraint,
+            logprobs,
             fill=suffix is not None or _fills(target, tokens),
             max_draft=max_draft,
         )
+        return Generation(self.engine, request, [t["function"]["name"] for t in calls])
 
     @property
     def k(self) -> int | None:

@@ -105,6 +105,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     os.environ.setdefault("LOCALSPEC_CACHE_DIR", tempfile.mkdtemp(prefix="gpu-check-cache-"))
 
     from localspec.core.sampling import SamplerSettings
+    from localspec.decoding.engine import Request
     from localspec.decoding.loader import RunConfig, default_threads, load_engine
     from localspec.drafting.calibration import calibrate
     from localspec.drafting.costs import best_k
@@ -147,10 +148,11 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
             cfg.gpu_layers = cfg.draft_gpu_layers = gpu_layers
             engine = load_engine(cfg)
             ids = chat_tokens(engine.target, [{"role": "user", "content": prompt}])
-            completion: list[int] = []
             start = time.perf_counter()
-            for _ in engine.generate(ids, tokens, completion=completion):
+            run_ = engine.generate(Request(tuple(ids), tokens, greedy))
+            for _ in run_:
                 pass
+            completion = run_.tokens
             row[way], answers[way] = {"seconds": time.perf_counter() - start, "notes": engine.notes}, completion
             if way == "no_draft":
                 row["same"] = _same_by_near_tie(engine.target, ids, answers["default"], completion)

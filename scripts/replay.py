@@ -29,7 +29,7 @@ def record(out: Path, max_tokens: int, fim: bool = False) -> None:
     """Greedy answers of the built-in bench prompts (or its fill-in-the-middle ones), with the tokenizer's
     pieces the line-joiner needs."""
     from localspec.core.sampling import SamplerSettings
-    from localspec.decoding.engine import Engine
+    from localspec.decoding.engine import Engine, Request
     from localspec.decoding.loader import RunConfig, load_models
     from localspec.drafting.calibration import load_costs
     from localspec.frontends.bench_prompts import BUILTIN_PROMPTS, FIM_PROMPTS
@@ -44,8 +44,9 @@ def record(out: Path, max_tokens: int, fim: bool = False) -> None:
             prompt = fim_tokens(target, p["prompt"], p["suffix"])
         else:
             prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
-        engine, answer = Engine(target, [], SamplerSettings(temperature=0), 0, 0), []
-        "".join(piece.text for piece in engine.generate(prompt, max_tokens, completion=answer, fill=fill))
+        run = Engine(target, [], 0).generate(Request(tuple(prompt), max_tokens, SamplerSettings(temperature=0), fill=fill))
+        "".join(piece.text for piece in run)
+        answer = run.tokens
         rows.append({"task": p["task"], "prompt": prompt, "answer": answer, "fill": fill})
         print(f"{p['task']}: {len(prompt)} prompt tokens, {len(answer)} answer tokens", flush=True)
     used = {t for r in rows for t in r["prompt"] + r["answer"]}

@@ -26,7 +26,7 @@ GREEDY = SamplerSettings(temperature=0)
 
 def _conv(target: Model, drafters: list, k: int, **kw: object) -> Conversation:
     """A greedy conversation on the public API over an engine of `target` with these drafters and k."""
-    spec = LocalSpec(Engine(target, drafters, GREEDY, k, seed=0), RunConfig(sampler=GREEDY, seed=0))
+    spec = LocalSpec(Engine(target, drafters, k), RunConfig(sampler=GREEDY, seed=0))
     return Conversation(spec, **kw)  # type: ignore[arg-type]
 
 

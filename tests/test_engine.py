@@ -9,7 +9,7 @@ from llama_cpp import Llama
 
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
-from localspec.decoding.engine import Engine
+from localspec.decoding.engine import Engine, Request
 from localspec.decoding.loader import make_drafters
 from localspec.llama.model import Model, new_llama
 from localspec.llama.template import chat_tokens, raw_tokens
@@ -32,9 +32,9 @@ def _run(
     seed: int = 0,
     stops=(),
 ) -> tuple[list[int], str, Stats]:
-    engine, stats, tokens = Engine(target, make_drafters(target, draft), sampler, k, seed), Stats(), list[int]()
-    text = "".join(p.text for p in engine.generate(prompt, n, stops, stats=stats, completion=tokens))
-    return tokens, text, stats
+    run = Engine(target, make_drafters(target, draft), k).generate(Request(tuple(prompt), n, sampler, seed, tuple(stops)))
+    text = "".join(p.text for p in run)
+    return run.tokens, text, run.stats
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +140,11 @@ def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
     cost = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576})
     prompt = chat_tokens(target, [{"role": "user", "content": text}])
     baseline = _run(target, None, prompt, 0, n=80)[0]
-    engine, stats, tokens = Engine(target, make_drafters(target, copier=True), GREEDY, k, 0, cost=cost), Stats(), []
-    "".join(p.text for p in engine.generate(prompt, 80, stats=stats, completion=tokens))
-    assert_same_tokens(target, prompt, tokens, baseline)
+    engine = Engine(target, make_drafters(target, copier=True), k, cost=cost)
+    run = engine.generate(Request(tuple(prompt), 80, GREEDY))
+    "".join(p.text for p in run)
+    stats = run.stats
+    assert_same_tokens(target, prompt, run.tokens, baseline)
     assert stats.accepted >= len(baseline) // 4 and stats.target_passes < 0.8 * len(baseline)
     assert engine.drafter("copier").join_lines == (text is QUOTE)
 

@@ -194,7 +194,7 @@ def test_200_turn_chat_soak(draft_path: Path, tmp_path: Path) -> None:
     """Short replies through many context overflows; memory stays flat (the 0.5B model as target, for time)."""
     model = Model(draft_path, n_ctx=384)
     greedy = SamplerSettings(temperature=0)
-    conv = Conversation(LocalSpec(Engine(model, [], greedy, 0, seed=0), RunConfig(sampler=greedy)), max_tokens=6)
+    conv = Conversation(LocalSpec(Engine(model, [], 0), RunConfig(sampler=greedy)), max_tokens=6)
     rss = {}
     for turn in range(1, 201):
         drive(conv, f"Turn {turn}: reply with one short word.\r/exit\r", autosave=tmp_path / "auto.json")

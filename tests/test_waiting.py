@@ -10,7 +10,7 @@ from conftest import assert_same_tokens, run_cli
 
 from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
-from localspec.core.stats import Stats
+from localspec.decoding.engine import Request
 from localspec.decoding.loader import RunConfig, default_threads, draft_drafter, load_engine
 from localspec.drafting.calibration import model_key, save_costs
 from localspec.drafting.costs import CostModel
@@ -56,9 +56,9 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
     assert draft_drafter(engine) is None and [d.name for d in engine.drafters] == ["copier"]
     assert any("not loaded" in note for note in engine.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
-    stats = Stats()
-    text = "".join(p.text for p in engine.generate(prompt, 16, stats=stats))
-    assert text and stats.draft_seconds == 0.0
+    run = engine.generate(Request(tuple(prompt), 16, GREEDY))
+    text = "".join(p.text for p in run)
+    assert text and run.stats.draft_seconds == 0.0
 
 
 @pytest.mark.slow
@@ -73,7 +73,7 @@ def test_a_first_run_answers_at_once_and_learns(
     assert engine.target.n_decoded == 0 and draft_drafter(engine) is None
     assert any("first run" in note for note in engine.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
-    assert "".join(p.text for p in engine.generate(prompt, 12))
+    assert "".join(p.text for p in engine.generate(Request(tuple(prompt), 12, GREEDY)))
     assert engine.cost is not None and 1 in engine.cost.curve()
     save_costs(engine.target, None, engine.cost)
     learned = json.loads((tmp_path / "costs.json").read_text())
@@ -115,9 +115,9 @@ def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     assert conv.last is not None and conv.last.drafted > 0
     engine.k = 0
     engine.target.reset()
-    alone: list[int] = []
-    "".join(p.text for p in engine.generate(second_prompt, 40, completion=alone))
-    assert_same_tokens(engine.target, second_prompt, got, alone)
+    run = engine.generate(Request(tuple(second_prompt), 40, GREEDY))
+    "".join(p.text for p in run)
+    assert_same_tokens(engine.target, second_prompt, got, run.tokens)
 
 
 def test_setup_cost_is_priced_against_the_tokens_left() -> None:

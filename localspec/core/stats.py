@@ -59,6 +59,17 @@ class Stats:
     def tokens_per_second(self) -> float | None:
         return self.completion_tokens / self.wall_seconds if self.wall_seconds > 0 else None
 
+    def count_round(self, drafter: str | None, drafted: int, accepted: int) -> None:
+        """Count one target pass that verified `drafted` tokens of `drafter`'s, `accepted` of them kept."""
+        self.target_passes, self.drafted, self.accepted = (
+            self.target_passes + 1,
+            self.drafted + drafted,
+            self.accepted + accepted,
+        )
+        if drafter is not None:
+            self.drafted_by[drafter] = self.drafted_by.get(drafter, 0) + drafted
+            self.accepted_by[drafter] = self.accepted_by.get(drafter, 0) + accepted
+
     def add(self, other: Stats) -> None:
         """Accumulate another generation's counters (session totals)."""
         for name in _SUMMED:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,8 +129,7 @@ def load_engine(cfg: RunConfig) -> Engine:
         trial=choice is not None and choice.choice == "try",
         draft_path=draft_path,
     )
-    seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed  # each generation may set its own
-    engine = Engine(target, drafters, cfg.sampler, 0 if cfg.target_alone else cfg.k, seed, cost=cost)
+    engine = Engine(target, drafters, 0 if cfg.target_alone else cfg.k, cost=cost)
     engine.notes, engine.draft_choice = notes, choice
     return engine
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
-from localspec.decoding.engine import Engine
+from localspec.decoding.engine import Engine, Request
 from localspec.decoding.loader import RunConfig
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
@@ -215,16 +215,18 @@ class _Clock:
     """
 
     def __init__(self, twin: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
-        self.engine = Engine(twin, [], sampler, 0, seed)
+        self.engine = Engine(twin, [], 0)
+        self.request = Request(tuple(prompt), max_tokens, sampler, seed)
         self.stats = Stats()  # of the generation running now
-        self.prompt, self.max_tokens = prompt, max_tokens
         self.tokens = 0  # tokens of the generations finished so far
         self.first_prefill: float | None = None
         self.timed = _Timed(self._forever())
 
     def _forever(self) -> Iterator[object]:
         while True:
-            yield from self.engine.generate(self.prompt, self.max_tokens, stats=self.stats)
+            run = self.engine.generate(self.request)
+            self.stats = run.stats
+            yield from run
             self.tokens += self.stats.completion_tokens
             if self.first_prefill is None:
                 self.first_prefill = self.stats.prefill_seconds
