@@ -33,9 +33,21 @@ from localspec.errors import Unsupported
 from localspec.llama.grammar import grammar_tokenizer
 from localspec.llama.model import Model
 from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
-from localspec.settings import SETTINGS
+from localspec.settings import SETTINGS, default
 
-__all__ = ["Generation", "LocalSpec", "Message", "Piece", "Prompt", "SamplerSettings", "Stats", "ToolCall"]
+__all__ = [
+    "Generation",
+    "LocalSpec",
+    "Message",
+    "Piece",
+    "Prompt",
+    "RunConfig",
+    "SamplerSettings",
+    "Stats",
+    "ToolCall",
+    "run_config",
+    "structure_grammar",
+]
 
 Prompt = str | Sequence[Message]
 ToolChoice = Literal["auto", "none", "required"] | dict[str, Any]
@@ -112,52 +124,10 @@ class LocalSpec:
         self.engine, self.config, self.load_seconds = engine, config, load_seconds
 
     @classmethod
-    def load(
-        cls,
-        target: str | None = None,
-        draft: str = "auto",
-        *,
-        k: int | str = "auto",
-        ctx: int = 4096,
-        threads: int | None = None,
-        gpu_layers: int = -1,
-        draft_gpu_layers: int = -1,
-        flash_attn: bool = False,
-        copier: bool = True,
-        no_draft: bool = False,
-        seed: int | None = None,
-        drafters: Sequence[str] = (),
-    ) -> LocalSpec:
-        """Load a pair: the same choices as the command line's options (target None: the default pair).
-
-        `drafters` names registered drafters (localspec.drafting.base.register) to use besides the
-        built-in ones, tried first.
-        """
-        values = {
-            "k": k,
-            "ctx": ctx,
-            "threads": threads,
-            "gpu_layers": gpu_layers,
-            "draft_gpu_layers": draft_gpu_layers,
-            "seed": seed,
-        }
-        for name, value in values.items():
-            _check(name, value)
-        config = RunConfig(
-            target=target,
-            draft=draft,
-            no_draft=no_draft,
-            copier=copier,
-            k=None if k == "auto" else int(k),
-            seed=seed,
-            ctx=ctx,
-            threads=threads,
-            gpu_layers=gpu_layers,
-            draft_gpu_layers=draft_gpu_layers,
-            flash_attn=flash_attn,
-            drafters=tuple(drafters),
-        )
-        return cls.from_config(config)
+    def load(cls, target: str | None = None, draft: str = default("draft"), **options: Any) -> LocalSpec:
+        """Load a pair: the same choices as the command line's options (target None: the default pair;
+        `options`: run_config's)."""
+        return cls.from_config(run_config(target, draft, **options))
 
     @classmethod
     def from_config(cls, config: RunConfig) -> LocalSpec:
@@ -201,11 +171,11 @@ class LocalSpec:
         self,
         prompt: Prompt,
         *,
-        max_tokens: int = 512,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
+        max_tokens: int = default("max_tokens"),
+        temperature: float = default("temperature"),
+        top_k: int = default("top_k"),
+        top_p: float = default("top_p"),
+        min_p: float = default("min_p"),
         seed: int | None = None,
         stop: Sequence[str] = (),
         system: str | None = None,
@@ -341,6 +311,62 @@ class LocalSpec:
             engine.draft_choice = None
 
 
+def run_config(
+    target: str | None = None,
+    draft: str = default("draft"),
+    *,
+    no_draft: bool = False,
+    copier: bool = True,
+    k: int | str = default("k"),
+    temperature: float = default("temperature"),
+    top_k: int = default("top_k"),
+    top_p: float = default("top_p"),
+    min_p: float = default("min_p"),
+    seed: int | None = default("seed"),
+    ctx: int = default("ctx"),
+    threads: int | None = default("threads"),
+    gpu_layers: int = default("gpu_layers"),
+    draft_gpu_layers: int = default("draft_gpu_layers"),
+    flash_attn: bool = default("flash_attn"),
+    exact: bool = default("exact"),
+    drafters: Sequence[str] = (),
+) -> RunConfig:
+    """What loading a pair and sampling from it need, each value checked against the settings table
+    (ValueError naming it): the one place a RunConfig is made. `no_draft` runs the target alone, `copier`
+    keeps the copier beside a draft model, and `drafters` names registered drafters
+    (localspec.drafting.base.register) to try before the built-in ones."""
+    values = {
+        "k": k,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "seed": seed,
+        "ctx": ctx,
+        "threads": threads,
+        "gpu_layers": gpu_layers,
+        "draft_gpu_layers": draft_gpu_layers,
+    }
+    for name, value in values.items():
+        _check(name, value)
+    return RunConfig(
+        target=target,
+        draft=draft,
+        no_draft=no_draft,
+        copier=copier,
+        k=None if k == "auto" else int(k),
+        sampler=SamplerSettings(temperature, top_k, top_p, min_p),
+        seed=seed,
+        ctx=ctx,
+        threads=threads,
+        gpu_layers=gpu_layers,
+        draft_gpu_layers=draft_gpu_layers,
+        flash_attn=flash_attn,
+        exact=exact,
+        drafters=tuple(drafters),
+    )
+
+
 def _tools_in_use(tools: Sequence[dict[str, Any]] | None, choice: ToolChoice) -> list[dict[str, Any]]:
     """The tools the model is told of: none with tool_choice "none"; a named one must be among them."""
     if not tools or choice == "none":
@@ -376,6 +402,12 @@ def _grammar(
         if not supports_tools(target):
             raise Unsupported(f"{target.name}'s chat template has no tool calls in a format localspec reads", "tools")
         return call_grammar(tools, named, *tool_tags(target))
+    return structure_grammar(response_format, grammar)
+
+
+def structure_grammar(response_format: dict[str, Any] | None, grammar: str | None = None) -> str | None:
+    """The grammar a response format (OpenAI's) or a GBNF/Lark `grammar` asks the answer to follow, if any;
+    ValueError naming the field the grammar engine cannot follow (checked before any model loads)."""
     kind = (response_format or {}).get("type", "text")
     try:
         if kind == "json_object":

@@ -244,8 +244,23 @@ SETTINGS: dict[str, Setting] = {
             "Use llama.cpp's flash attention kernels (faster on most GPUs).",
             ("--flash-attn",),
         ),
+        Setting(
+            "exact",
+            bool,
+            False,
+            "Verify drafts in batches that compute what one-token decoding computes, to the bit: the same "
+            "text with or without drafting, near ties included. CPU only; needs llama-cpp-python built "
+            "with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF (see docs/guide.md).",
+            ("--exact",),
+        ),
     ]
 }
+
+
+def default(name: str) -> Any:
+    """A setting's default, as the table has it (the one place defaults are written)."""
+    return SETTINGS[name].default
+
 
 # Which config-file settings reach which command (bench keeps its own greedy sampler unless told).
 MODELS = ("target", "draft")

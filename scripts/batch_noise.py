@@ -2,6 +2,7 @@
 
     python scripts/batch_noise.py --tokens 60
     GGML_CPU_TILED_MM=0 python scripts/batch_noise.py --target models/qwen2.5-coder-1.5b-instruct-q8_0.gguf
+    python scripts/batch_noise.py --exact     # with llama-cpp-python built with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF
 
 Each prompt's greedy answer is decoded one token at a time, then again in verify-like batches (the whole
 answer, 8 and 3 at a time, after the prompt whole or split); at every position the change of the gap
@@ -26,9 +27,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=60)
     ap.add_argument("--target", default=None, help="a GGUF file (default: the default pair's target)")
+    ap.add_argument("--chunks", default="all,8,3", help="verify batch sizes, comma-separated ('all': the whole answer)")
+    ap.add_argument("--exact", action="store_true", help="exact batches (--exact): batches as that mode caps them")
     args = ap.parse_args()
-    spec = LocalSpec.load(args.target, no_draft=True)
-    m = spec.engine.target
+    spec = LocalSpec.load(args.target, no_draft=True, exact=args.exact)
+    m, cap = spec.engine.target, spec.engine.max_draft
+    # The exact mode makes a verify batch compute what one-token decoding does after the same prefill; a prompt
+    # prefilled in other pieces (another history's cache) is another prefill, so it is left out there.
+    splits = (0,) if args.exact else (0, None)
     moved: list[float] = []
     rows_apart = 0  # positions whose logits differ at all
     for text in PROMPTS:
@@ -39,8 +45,9 @@ def main() -> None:
         for _ in range(args.tokens):
             answer.append(int(single[-1].argmax()))
             single.append(m.sync(prompt + answer, 1)[0].copy())
-        for split in (0, len(prompt) - 7):
-            for chunk in (len(answer), 8, 3):
+        for split in [len(prompt) - 7 if s is None else s for s in splits]:
+            for chunk in [len(answer) if c == "all" else int(c) for c in args.chunks.split(",")]:
+                chunk = chunk if cap is None else min(chunk, cap + 1)
                 m.reset()
                 if split:
                     m.sync(prompt[:split], 1)

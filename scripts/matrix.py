@@ -2,6 +2,7 @@
 
     python scripts/matrix.py --out matrix              # all of it: 3 targets x 4 prompts x 3 histories x 3 pairs
     python scripts/matrix.py --targets q8_0 --prompts edit,open --pairs 3 -n 96 --out matrix
+    python scripts/matrix.py --targets q4_k_m --prompts edit --histories warm --flags=--exact --out exact
 
 Targets: the default pair's target (Q4_K_M) and the same model requantized to Q8_0 and F16 beside it (made once,
 no download). Prompts: a code edit (a module renamed), an open prompt, a short prompt, a JSON answer under a
@@ -68,10 +69,12 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=8, help="default runs that teach the warm cache")
     parser.add_argument("--busy", type=int, default=3, help="default runs beside two busy loops after warm")
     parser.add_argument("--out", type=Path, default=Path("matrix"))
+    parser.add_argument("--flags", default="", help="more options for both sides, e.g. --flags=--exact")
     args = parser.parse_args()
     schema = Path(tempfile.mkdtemp(prefix="localspec-matrix-")) / "schema.json"
     schema.write_text(json.dumps(CUSTOMER_SCHEMA))
-    extra = {"json": ["--temperature", "0", "--json-schema", str(schema)]}
+    extra = {name: args.flags.split() for name in PROMPTS}
+    extra["json"] += ["--temperature", "0", "--json-schema", str(schema)]
     cells: list[dict[str, Any]] = []
     for quant in args.targets.split(","):
         target = target_file(quant)

@@ -44,7 +44,9 @@ def record(out: Path, max_tokens: int, fim: bool = False) -> None:
             prompt = fim_tokens(target, p["prompt"], p["suffix"])
         else:
             prompt = chat_tokens(target, [{"role": "user", "content": p["prompt"]}])
-        run = Engine(target, [], 0).generate(Request(tuple(prompt), max_tokens, SamplerSettings(temperature=0), fill=fill))
+        run = Engine(target, [], 0).generate(
+            Request(tuple(prompt), max_tokens, SamplerSettings(temperature=0), fill=fill)
+        )
         "".join(piece.text for piece in run)
         answer = run.tokens
         rows.append({"task": p["task"], "prompt": prompt, "answer": answer, "fill": fill})

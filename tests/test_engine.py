@@ -32,7 +32,9 @@ def _run(
     seed: int = 0,
     stops=(),
 ) -> tuple[list[int], str, Stats]:
-    run = Engine(target, make_drafters(target, draft), k).generate(Request(tuple(prompt), n, sampler, seed, tuple(stops)))
+    run = Engine(target, make_drafters(target, draft), k).generate(
+        Request(tuple(prompt), n, sampler, seed, tuple(stops))
+    )
     text = "".join(p.text for p in run)
     return run.tokens, text, run.stats
 

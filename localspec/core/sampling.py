@@ -19,15 +19,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.settings import default
+
 
 @dataclass(frozen=True)
 class SamplerSettings:
     """Sampler parameters, applied identically to target (p) and draft (q) logits."""
 
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
+    temperature: float = default("temperature")
+    top_k: int = default("top_k")
+    top_p: float = default("top_p")
+    min_p: float = default("min_p")
 
     @property
     def greedy(self) -> bool:

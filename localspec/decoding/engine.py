@@ -66,13 +66,20 @@ class Engine:
 
     The engine holds what generations share: the models (the target, and the drafters with what they
     learned), the cost model and the draft length k (None: the cost-aware choice of each round, which
-    needs `cost`). Each generation is a Run of its own Request.
+    needs `cost`); `max_draft` caps every round's draft (exact batches: llama.model.exact_rows). Each
+    generation is a Run of its own Request.
     """
 
     def __init__(
-        self, target: Model, drafters: Sequence[Drafter], k: int | None, *, cost: CostModel | None = None
+        self,
+        target: Model,
+        drafters: Sequence[Drafter],
+        k: int | None,
+        *,
+        cost: CostModel | None = None,
+        max_draft: int | None = None,
     ) -> None:
-        self.target, self.drafters, self.k, self.cost = target, list(drafters), k, cost
+        self.target, self.drafters, self.k, self.cost, self.max_draft = target, list(drafters), k, cost, max_draft
         self.notes: list[str] = []  # one-line remarks for the user (a draft model left out, say)
         self.draft_choice: DraftChoice | None = None  # what loading chose about a draft model (settled on save)
         self.busy_seconds = 0.0  # spent generating (prefill and decode), all generations
@@ -108,6 +115,7 @@ class Run:
         self.planner = Planner([*request.drafters, *engine.drafters], k=engine.k, cost=engine.cost)
         self._sampling = InvariantSampling(request.seed)
         self._pending = np.empty((0, engine.target.n_vocab), np.float32)  # target logits already computed
+        self._caps = [c for c in (request.max_draft, engine.max_draft) if c is not None]  # on any round's draft
         self.started = False
 
     def _step(self, ctx: list[int], room: int) -> Round:
@@ -170,8 +178,8 @@ class Run:
         t0, target0, draft0 = time.perf_counter(), target.decode_seconds, self._draft_seconds()
         try:
             while st.completion_tokens < req.max_tokens and len(ctx) < target.n_ctx:
-                room = min(req.max_tokens - st.completion_tokens - 1, target.n_ctx - len(ctx))
-                r = self._step(ctx, room if req.max_draft is None else min(room, req.max_draft))
+                room = min(req.max_tokens - st.completion_tokens - 1, target.n_ctx - len(ctx), *self._caps)
+                r = self._step(ctx, room)
                 st.count_round(r.drafter.name if r.drafter else None, r.drafted, r.accepted)
                 for i, tok in enumerate(r.tokens):
                     if target.is_eog(tok):

@@ -16,7 +16,7 @@ from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.errors import LocalspecError
-from localspec.llama.model import Model, gpu_offload_supported
+from localspec.llama.model import Model, exact_rows, gpu_offload_supported
 from localspec.models.catalog import default_pair, resolve
 from localspec.models.vocab import mismatch
 
@@ -52,6 +52,7 @@ class RunConfig:
     gpu_layers: int = -1
     draft_gpu_layers: int = -1
     flash_attn: bool = False
+    exact: bool = False  # verify in batches whose logits are one-token decoding's to the bit (llama.model.exact_rows)
     drafters: tuple[str, ...] = ()  # registered drafters (localspec.drafting.base.register), tried first
 
     @property
@@ -129,7 +130,8 @@ def load_engine(cfg: RunConfig) -> Engine:
         trial=choice is not None and choice.choice == "try",
         draft_path=draft_path,
     )
-    engine = Engine(target, drafters, 0 if cfg.target_alone else cfg.k, cost=cost)
+    rows = exact_rows(target) if cfg.exact else None
+    engine = Engine(target, drafters, 0 if cfg.target_alone else cfg.k, cost=cost, max_draft=rows and rows - 1)
     engine.notes, engine.draft_choice = notes, choice
     return engine
 

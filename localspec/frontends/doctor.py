@@ -16,6 +16,7 @@ from localspec.drafting.calibration import (
     size_reason,
 )
 from localspec.drafting.draft_model import model_can_win
+from localspec.errors import LocalspecError
 from localspec.llama.model import Model, gpu_offload_supported
 
 
@@ -82,3 +83,54 @@ def learned_curve(target: Path, draft: Path, threads: int, ctx: int = 4096) -> s
         return "learned costs: none yet"
     sizes = ", ".join(f"{n}: {cost.verify_cost(n) * 1e3:.0f}" for n in (1, 2, 4, 8, 16, 32, 64))
     return f"learned verify costs in ms (tokens: ms) {sizes}"
+
+
+def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> None:
+    """Print the build, the models here, the default pair's verdict and learned costs, and each model's speed."""
+    from localspec.decoding.loader import default_threads, gpu_layers
+    from localspec.llama.model import amx_weights_disabled, build
+    from localspec.models.catalog import default_pair, resolve
+    from localspec.models.inventory import find_models
+    from localspec.models.vocab import mismatch
+
+    b = build()
+    print(
+        f"llama-cpp-python {b.version}; backends: {', '.join(b.backends)}; GPU offload: "
+        f"{'yes' if b.gpu_offload else 'no (a CPU build: see docs/gpu.md for CUDA and Metal builds)'}"
+    )
+    print(f"system info: {b.system_info}")
+    if amx_weights_disabled():
+        print(
+            "AMX: weights kept in plain CPU buffers (llama.cpp's AMX path crashes on some CPUs: ggml-org/llama.cpp#20824)"
+        )
+    entries = find_models()
+    print(f"models: {len(entries)} found")
+    for e in entries:
+        print(
+            f"  {e.name} ({e.where}): "
+            + (f"{e.info.architecture} {e.info.quantization}, {e.role}" if e.info else e.problem)
+        )
+    t_model, d_model = default_pair()
+    n_threads = threads or default_threads()
+    try:
+        t, d = resolve(t_model.name), resolve(d_model.name)
+        problem = mismatch(t, d)
+        print(f"default pair {t_model.name} + {d_model.name}: {problem if problem else 'compatible'}")
+        if recalibrate and not problem:
+            from localspec.api import run_config
+            from localspec.decoding.loader import load_models
+            from localspec.drafting.calibration import calibrate
+
+            calibrate(*load_models(run_config(threads=n_threads)))
+            print("recalibrated: the learned costs were replaced by a fresh measurement")
+        print(f"draft model here: {draft_verdict(t, d, n_threads)}")
+        print(learned_curve(t, d, n_threads))
+    except LocalspecError as e:
+        print(f"default pair: {e}")
+    for entry in [e for e in entries if e.info]:
+        r = probe(entry.path, seconds=seconds, threads=n_threads, gpu_layers=gpu_layers(-1))
+        print(
+            f"speed {entry.name}: {r.tokens_per_second:.1f} tok/s one token at a time; a 32-token batch costs "
+            f"{r.batch32_seconds * 1e3:.0f} ms = {r.batch_ratio:.1f} single decodes "
+            f"({'flat: long model drafts pay' if r.batch_ratio < 4 else 'compute-bound: n-gram drafts pay most'})"
+        )

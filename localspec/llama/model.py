@@ -18,7 +18,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from localspec.errors import LocalspecError
+from localspec.errors import LocalspecError, Unsupported
 from localspec.files import atomic_path, locked
 from localspec.models.gguf import read_gguf
 
@@ -91,6 +91,34 @@ def new_llama(**kwargs: Any) -> llama_cpp.Llama:
         low.llama_model_default_params = default
 
 
+# Exact batches. ggml's CPU backend computes a row of a batch as a batch of one computes it where both take
+# the same kernel: one per output element, summing in one order. Two paths break that: llamafile's tinyBLAS
+# (ggml-cpu.c's mul_mat tries it first; sgemm.cpp takes any batch of 2 rows or more, in F32, F16, BF16, Q8_0,
+# Q4_0 ... and the F16 attention products): a build option, GGML_LLAMAFILE; and the tiled K-quant matmul
+# (tiled/tiled.cpp: K-quant and IQ weights, batches of 8 rows or more). Flash attention has its own paths by
+# batch size (ops.cpp: a split-KV pass for one row, tiles for many). What stays is exact to the bit.
+TILED_TYPES = frozenset({10, 11, 12, 13, 14, 16, 17, 18, 19, 21, 22, 23, 29})  # ggml's Q2_K..Q6_K and IQ types
+TILED_MIN_ROWS = 8
+EXACT_BUILD = 'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-cache-dir llama-cpp-python'
+
+
+def exact_rows(model: Model) -> int | None:
+    """The most tokens a batch of `model`'s may hold for every row's logits to equal, to the bit, what
+    one-token decoding gives (None: any batch); Unsupported (param "exact") where it cannot be exact."""
+    here = build()
+    if "LLAMAFILE = 1" in here.system_info:
+        raise Unsupported(
+            f"exact batches need llama-cpp-python built without llamafile's kernels: {EXACT_BUILD}", "exact"
+        )
+    if model.n_gpu_layers > 0 and here.gpu_offload:
+        raise Unsupported(
+            "exact batches are for the CPU backend: add --gpu-layers 0 (and --draft-gpu-layers 0)", "exact"
+        )
+    if model.flash_attn:
+        raise Unsupported("exact batches leave flash attention off (its kernels differ by batch size)", "exact")
+    return TILED_MIN_ROWS - 1 if model.tensor_types & TILED_TYPES else None
+
+
 class Model:
     """A GGUF model with a tracked KV cache (sequence 0)."""
 
@@ -104,7 +132,7 @@ class Model:
         n_batch: int = 512,
         flash_attn: bool = False,
     ) -> None:
-        read_gguf(path)
+        tensor_types = {ttype for _, ttype, _, _ in read_gguf(path).tensors}
         n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at the context; a larger one aborts natively
         try:
             self.llm = new_llama(
@@ -126,7 +154,8 @@ class Model:
         except (ValueError, RuntimeError) as e:
             raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None
         self.path = Path(path)
-        self.n_threads, self.n_gpu_layers = n_threads, n_gpu_layers
+        self.n_threads, self.n_gpu_layers, self.flash_attn = n_threads, n_gpu_layers, flash_attn
+        self.tensor_types = frozenset(tensor_types)  # ggml types of the weights
         self.name = self.path.name
         self.n_batch = n_batch
         self.n_ctx = self.llm.n_ctx()  # llama.cpp may round the asked-for context up ...

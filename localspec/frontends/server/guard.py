@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +29,25 @@ def host_name(host: str) -> str:
     if host.startswith("["):
         return host.split("]")[0] + "]"
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def allowed_hosts(
+    host: str, allow_host: Sequence[str], api_key: str | None
+) -> tuple[frozenset[str] | None, str | None]:
+    """The Host names served (None: any) for a server bound to `host`, and a warning where it needs one.
+
+    As Ollama does: bound to loopback, only loopback names (and those allowed) are served, against DNS
+    rebinding; bound beyond it, any name unless --allow-host lists them (the key is the protection there)."""
+    loopback = host_name(host) in LOOPBACK
+    warning = None
+    if not loopback and not api_key:
+        warning = (
+            f"serving on {host} without --api-key: anyone who can reach this machine can use the model. "
+            "Set --api-key (or LOCALSPEC_API_KEY), or bind to 127.0.0.1."
+        )
+    named = {host_name(h) for h in allow_host}
+    hosts = frozenset(LOOPBACK | named | {host_name(host)}) if (loopback or named) and "*" not in named else None
+    return hosts, warning
 
 
 def key_matches(authorization: str, api_key: str) -> bool:

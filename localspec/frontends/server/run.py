@@ -1,0 +1,72 @@
+"""Running the server: the pair loaded, the app made, uvicorn started with the timeouts and limits."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from localspec.api import LocalSpec, RunConfig
+from localspec.frontends.generate import loading
+from localspec.frontends.server.app import create_app, model_name
+from localspec.frontends.server.guard import allowed_hosts
+from localspec.frontends.server.http import open_files_limit, timed_protocol
+
+
+def serve_forever(
+    cfg: RunConfig,
+    *,
+    host: str,
+    port: int,
+    api_key: str | None,
+    model_alias: str | None,
+    max_queue: int,
+    log_prompts: bool,
+    allow_host: Sequence[str],
+    cors: Sequence[str],
+    max_body: int,
+    client_timeout: float,
+    max_connections: int,
+) -> None:
+    """Load the pair of `cfg` and serve it until Ctrl-C or SIGTERM, then keep what the session learned."""
+    hosts, warning = allowed_hosts(host, allow_host, api_key)
+    if warning:
+        print(f"localspec: WARNING: {warning}", file=sys.stderr)
+    with loading("loading models…"):
+        spec = LocalSpec.from_config(cfg)
+    for note in spec.notes:
+        print(f"localspec: {note}", file=sys.stderr)
+    model_id = model_alias or model_name(cfg)
+    app = create_app(
+        spec,
+        model_id=model_id,
+        api_key=api_key,
+        max_queue=max_queue,
+        log_prompts=log_prompts,
+        hosts=hosts,
+        cors=frozenset(cors),
+        max_body=max_body,
+        body_seconds=client_timeout,
+        stall_seconds=client_timeout,
+    )
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=timed_protocol(client_timeout),
+        limit_concurrency=max_connections,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=3,
+    )
+    open_files_limit(max_connections)
+    server = uvicorn.Server(config)
+    print(f"localspec: serving '{model_id}' at http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again: let that end the command normally
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        spec.save_costs()

@@ -1,0 +1,106 @@
+"""Exact batches (--exact): where the llama.cpp build allows it, drafting changes no token, near ties included.
+
+The slow tests here need llama-cpp-python built without llamafile's kernels
+(CMAKE_ARGS="-DGGML_LLAMAFILE=OFF", docs/guide.md); with the stock build they check the one-line refusal instead.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import localspec.llama.model as llama_model
+from localspec.api import LocalSpec
+from localspec.errors import Unsupported
+from localspec.llama.model import TILED_MIN_ROWS, Build, build, exact_rows
+
+EXACT_BUILD = "LLAMAFILE = 1" not in build().system_info
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "employees": {
+            "type": "array",
+            "minItems": 4,
+            "maxItems": 4,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "age": {"type": "integer"},
+                    "department_name": {"type": "string"},
+                },
+                "required": ["name", "age", "department_name"],
+            },
+        }
+    },
+    "required": ["employees"],
+}
+
+
+def _model(types: set[int], gpu_layers: int = 0, flash_attn: bool = False) -> Any:  # a Model, as exact_rows reads it
+    return SimpleNamespace(tensor_types=frozenset(types), n_gpu_layers=gpu_layers, flash_attn=flash_attn)
+
+
+def test_exact_rows_follow_the_kernels_and_name_what_stops_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K-quant weights: below the tiled matmul's 8 rows; Q8_0/F16: any batch; refused with llamafile's kernels
+    built in, layers on a GPU, or flash attention, each naming its fix."""
+
+    def built(info: str, gpu: bool = False) -> None:
+        monkeypatch.setattr(llama_model, "build", lambda: Build("0", info, gpu))
+
+    built("CPU : AVX2 = 1 | REPACK = 1 |")
+    assert exact_rows(_model({0, 12, 14})) == TILED_MIN_ROWS - 1  # Q4_K_M
+    assert exact_rows(_model({0, 8})) is None and exact_rows(_model({0, 1})) is None  # Q8_0, F16
+    assert exact_rows(_model({12}, gpu_layers=99)) == TILED_MIN_ROWS - 1  # a CPU-only build offloads nothing
+    for model, info, gpu, words in [
+        (_model({12}), "CPU : AVX2 = 1 | LLAMAFILE = 1 |", False, "GGML_LLAMAFILE=OFF"),
+        (_model({12}, gpu_layers=99), "CUDA : ARCHS = 900 |", True, "--gpu-layers 0"),
+        (_model({12}, flash_attn=True), "CPU : AVX2 = 1 |", False, "flash attention"),
+    ]:
+        built(info, gpu)
+        with pytest.raises(Unsupported, match=words) as e:
+            exact_rows(model)
+        assert e.value.param == "exact"
+
+
+@pytest.mark.skipif(EXACT_BUILD, reason="this llama.cpp build has no llamafile kernels")
+def test_exact_is_refused_in_one_line_by_a_build_with_llamafile(target_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "localspec", "generate", "--exact", "-n", "2", "hi"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("localspec: error: exact batches need")
+
+
+@pytest.mark.skipif(not EXACT_BUILD, reason="needs llama-cpp-python built with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF")
+def test_exact_batches_change_no_token(target_path: Path, draft_path: Path) -> None:
+    """Greedy JSON under a schema and a seeded limerick: with the draft model drafting (k=4) the very tokens of
+    the target alone, no near-tie allowance (the default mode parts on both on some machines)."""
+    alone = LocalSpec.load(no_draft=True, exact=True, gpu_layers=0)
+    asks: list[tuple[str, dict[str, Any]]] = [
+        (
+            "Invent four employees of a small company, as JSON.",
+            {"temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
+        ),
+        ("Write a limerick about a cat who learns to code.", {"temperature": 0.9, "seed": 11}),
+    ]
+    want = [_tokens(alone, p, kw) for p, kw in asks]
+    del alone
+    drafting = LocalSpec.load(exact=True, k=4, gpu_layers=0, draft_gpu_layers=0)
+    assert drafting.engine.max_draft == TILED_MIN_ROWS - 2  # Q4_K_M: verify batches below the tiled kernels'
+    for (p, kw), tokens in zip(asks, want, strict=True):
+        run = drafting.generate(p, max_tokens=120, **kw)
+        assert run.result() and run.stats.drafted > 0, json.dumps(run.text)
+        assert run.tokens == tokens, json.dumps(run.text)
+
+
+def _tokens(spec: LocalSpec, prompt: str, options: dict[str, Any]) -> list[int]:
+    run = spec.generate(prompt, max_tokens=120, **options)
+    run.result()
+    return run.tokens
