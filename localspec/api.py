@@ -16,12 +16,13 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Generator, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from localspec.core.grammar import ANY_JSON_OBJECT, Constraint, GrammarError, compile_grammar, json_schema_grammar
 from localspec.core.sampling import SamplerSettings, TokenLogprob
-from localspec.core.stats import Piece, Stats
-from localspec.core.tool_calls import ToolCall, call_grammar, parse_tool_calls
+from localspec.core.stats import Piece, Stats, prediction_usage
+from localspec.core.tool_calls import ToolCall, ToolCallStream, call_grammar, parse_tool_calls
 from localspec.decoding.engine import Engine, Request
 from localspec.decoding.loader import RunConfig, draft_drafter, draft_path_of, load_engine
 from localspec.drafting.base import Drafter
@@ -31,11 +32,14 @@ from localspec.drafting.forced import ForcedDrafter
 from localspec.drafting.prediction import PredictionDrafter
 from localspec.errors import Unsupported
 from localspec.llama.grammar import grammar_tokenizer
-from localspec.llama.model import Model
+from localspec.llama.model import ContextFull, Model
 from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
+from localspec.models.catalog import catalog, default_pair
 from localspec.settings import SETTINGS, default
 
 __all__ = [
+    "ANY_JSON_OBJECT",
+    "ContextFull",
     "Generation",
     "LocalSpec",
     "Message",
@@ -44,7 +48,12 @@ __all__ = [
     "RunConfig",
     "SamplerSettings",
     "Stats",
+    "TokenLogprob",
     "ToolCall",
+    "ToolCallStream",
+    "json_schema_grammar",
+    "model_id",
+    "prediction_usage",
     "run_config",
     "structure_grammar",
 ]
@@ -275,6 +284,11 @@ class LocalSpec:
         return self.engine.target.n_ctx
 
     @property
+    def draft_path(self) -> Path | None:
+        """The draft model's file (loaded or not yet), if one drafts here."""
+        return draft_path_of(self.engine)
+
+    @property
     def pair(self) -> str:
         """The target and what drafts for it, in a few words ("target ← draft", "target + copies")."""
         engine, draft = self.engine, draft_path_of(self.engine)
@@ -365,6 +379,12 @@ def run_config(
         exact=exact,
         drafters=tuple(drafters),
     )
+
+
+def model_id(config: RunConfig) -> str:
+    """The model id a pair answers to by default: the target's catalog name, or its file name without .gguf."""
+    target = config.target or default_pair()[0].name
+    return target if target in catalog() else Path(target).name.removesuffix(".gguf")
 
 
 def _tools_in_use(tools: Sequence[dict[str, Any]] | None, choice: ToolChoice) -> list[dict[str, Any]]:

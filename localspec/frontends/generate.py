@@ -10,8 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from localspec.api import LocalSpec
-from localspec.decoding.loader import RunConfig, draft_path_of
+from localspec.api import LocalSpec, RunConfig
 
 
 def process_started() -> float:
@@ -83,7 +82,7 @@ def run_generate(
     st.load_seconds, st.total_seconds = loaded - started, end - started
     st.time_to_first_token = (first or end) - started
     spec.save_costs()
-    draft = draft_path_of(spec.engine)
+    draft = spec.draft_path
     record = {
         "text": run.text,
         **st.to_dict(),

@@ -14,6 +14,6 @@ The package: errors (OpenAI's error shape), schemas (request bodies), worker (th
 thread), responses (chunk, answer and usage shapes) and app (the routes and the service behind them).
 """
 
-from localspec.frontends.server.app import create_app, model_name
+from localspec.frontends.server.app import create_app
 
-__all__ = ["create_app", "model_name"]
+__all__ = ["create_app"]

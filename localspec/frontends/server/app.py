@@ -5,14 +5,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 
 from localspec.api import LocalSpec
-from localspec.decoding.loader import RunConfig
 from localspec.frontends.server import errors
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.guard import LOOPBACK, Guard
@@ -20,7 +18,6 @@ from localspec.frontends.server.responses import Shape
 from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
 from localspec.frontends.server.service import Service
 from localspec.frontends.server.worker import Worker
-from localspec.models.catalog import catalog, default_pair
 
 
 def create_app(
@@ -94,9 +91,3 @@ def create_app(
     app.include_router(v1)
     app.state.worker = service.worker
     return app
-
-
-def model_name(config: RunConfig) -> str:
-    """The default model id: the target's catalog name, or its file name without .gguf."""
-    target = config.target or default_pair()[0].name
-    return target if target in catalog() else Path(target).name.removesuffix(".gguf")

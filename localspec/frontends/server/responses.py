@@ -7,9 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from localspec.core.sampling import TokenLogprob
-from localspec.core.stats import Stats
-from localspec.core.tool_calls import ToolCall
+from localspec.api import Stats, TokenLogprob, ToolCall
 
 Piece = Callable[[int], bytes]  # a token's bytes
 

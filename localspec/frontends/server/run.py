@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from localspec.api import LocalSpec, RunConfig
+from localspec.api import LocalSpec, RunConfig, model_id
 from localspec.frontends.generate import loading
-from localspec.frontends.server.app import create_app, model_name
+from localspec.frontends.server.app import create_app
 from localspec.frontends.server.guard import allowed_hosts
 from localspec.frontends.server.http import open_files_limit, timed_protocol
 
@@ -38,10 +38,10 @@ def serve_forever(
         spec = LocalSpec.from_config(cfg)
     for note in spec.notes:
         print(f"localspec: {note}", file=sys.stderr)
-    model_id = model_alias or model_name(cfg)
+    name = model_alias or model_id(cfg)
     app = create_app(
         spec,
-        model_id=model_id,
+        model_id=name,
         api_key=api_key,
         max_queue=max_queue,
         log_prompts=log_prompts,
@@ -63,7 +63,7 @@ def serve_forever(
     )
     open_files_limit(max_connections)
     server = uvicorn.Server(config)
-    print(f"localspec: serving '{model_id}' at http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
+    print(f"localspec: serving '{name}' at http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
     # uvicorn shuts down gracefully on SIGTERM, then raises it again: let that end the command normally
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:

@@ -6,8 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from localspec.api import MAX_LOGPROBS
-from localspec.core.grammar import ANY_JSON_OBJECT, json_schema_grammar
+from localspec.api import ANY_JSON_OBJECT, MAX_LOGPROBS, json_schema_grammar
 from localspec.frontends.server.errors import ApiError
 from localspec.settings import SETTINGS
 

@@ -13,9 +13,7 @@ import anyio
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from localspec.api import Generation, LocalSpec
-from localspec.core.stats import prediction_usage
-from localspec.core.tool_calls import ToolCallStream
+from localspec.api import ContextFull, Generation, LocalSpec, ToolCallStream, prediction_usage
 from localspec.errors import LocalspecError, Unsupported
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.responses import (
@@ -29,7 +27,6 @@ from localspec.frontends.server.responses import (
 )
 from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
 from localspec.frontends.server.worker import ClientGone, Sent, Worker, watch_disconnect
-from localspec.llama.model import ContextFull
 
 Stream = AsyncGenerator[Sent | Generation, None]
 

@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from localspec.api import Generation
-from localspec.core.stats import Piece
+from localspec.api import Generation, Piece
 from localspec.frontends.server.errors import ApiError
 
 BUFFER = 64  # pieces a generation may run ahead of its client
