@@ -18,9 +18,9 @@ import pytest
 import localspec.llama.model as llama_model
 from localspec.api import LocalSpec
 from localspec.errors import Unsupported
-from localspec.llama.model import TILED_MIN_ROWS, Build, build, exact_rows
+from localspec.llama.model import TILED_MIN_ROWS, Build, exact_rows, llamafile_built
 
-EXACT_BUILD = "LLAMAFILE = 1" not in build().system_info
+EXACT_BUILD = not llamafile_built()
 SCHEMA = {
     "type": "object",
     "properties": {

@@ -196,6 +196,7 @@ class Copier(Drafter):
     ) -> None:
         self.max_ngram, self.resync_window = max_ngram, resync_window
         self.words = Words(piece) if piece is not None else None  # a word with or without its leading space
+        self._piece = piece
         self.rewrites = Rewrites(join)
         self.stats = BreakStats(decay)
         self.source_end: int | None = None  # where this generation's output starts in the context (None: unknown)
@@ -287,11 +288,17 @@ class Copier(Drafter):
                 self.plan += out
                 self.plan_src += [pos] * len(out)
             else:
-                if self.plan and ctx[pos] in self.rewrites.broken:
-                    return  # stop before a source token that was edited in a way not yet learned
+                if self.plan and (ctx[pos] in self.rewrites.broken or self._control(ctx[pos])):
+                    # stop before a source token that was edited in a way not yet learned, or before a control
+                    # token: past the end of a message lies the template's text, which no answer writes
+                    return
                 self.plan.append(ctx[pos])
                 pos += 1
                 self.plan_src.append(pos)
+
+    def _control(self, token: int) -> bool:
+        """A control token (end of turn, a role's header): it writes no text."""
+        return self._piece is not None and not self._piece(token)
 
     def propose(self, ctx: list[int], k_max: int) -> list[int]:
         """Up to k_max tokens the output is expected to copy next."""

@@ -16,7 +16,7 @@ import typer
 from localspec.api import RunConfig, run_config, structure_grammar
 from localspec.errors import LocalspecError
 from localspec.frontends.models import models_app
-from localspec.settings import SETTINGS
+from localspec.settings import SETTINGS, default
 
 app = typer.Typer(
     add_completion=False,
@@ -184,7 +184,7 @@ def _read_prompt(prompt: str | None) -> str:
 def generate(
     cfg: RunConfig,
     prompt: Annotated[str | None, typer.Argument(help="The prompt; read from standard input when omitted.")] = None,
-    max_tokens: MaxTokens = 512,
+    max_tokens: MaxTokens = default("max_tokens"),
     stop: Stop = None,
     system: System = None,
     raw: Annotated[
@@ -397,13 +397,13 @@ def bench(
             help="Bench the target requantized to Q8_0, F16 or Q6_K (made once beside it, about 20 s, no download): a memory-bound target, where a draft model wins on a CPU.",
         ),
     ] = None,
-    target: Target = None,
-    draft: Draft = "auto",
-    ctx: Ctx = 4096,
-    threads: Threads = None,
-    gpu_layers: GpuLayers = -1,
-    draft_gpu_layers: DraftGpuLayers = -1,
-    flash_attn: FlashAttn = False,
+    target: Target = default("target"),
+    draft: Draft = default("draft"),
+    ctx: Ctx = default("ctx"),
+    threads: Threads = default("threads"),
+    gpu_layers: GpuLayers = default("gpu_layers"),
+    draft_gpu_layers: DraftGpuLayers = default("draft_gpu_layers"),
+    flash_attn: FlashAttn = default("flash_attn"),
 ) -> None:
     """Run every strategy on the same prompts as `localspec generate` would, and compare what the user waits for.
 
@@ -439,7 +439,7 @@ def doctor(
     seconds: Annotated[
         float, typer.Option("--seconds", min=0.5, max=60, help="Length of each model's speed probe.")
     ] = 3.0,
-    threads: Threads = None,
+    threads: Threads = default("threads"),
     recalibrate: Annotated[
         bool,
         typer.Option(

@@ -17,7 +17,7 @@ from localspec.drafting.calibration import (
 )
 from localspec.drafting.draft_model import model_can_win
 from localspec.errors import LocalspecError
-from localspec.llama.model import Model, gpu_offload_supported
+from localspec.llama.model import EXACT_BUILD, Model, gpu_offload_supported, llamafile_built
 
 
 @dataclass
@@ -99,6 +99,14 @@ def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> Non
         f"{'yes' if b.gpu_offload else 'no (a CPU build: see docs/gpu.md for CUDA and Metal builds)'}"
     )
     print(f"system info: {b.system_info}")
+    print(
+        "exact batches (--exact): "
+        + (
+            f"not with this build (llamafile's kernels are in): {EXACT_BUILD}"
+            if llamafile_built()
+            else "available on the CPU"
+        )
+    )
     if amx_weights_disabled():
         print(
             "AMX: weights kept in plain CPU buffers (llama.cpp's AMX path crashes on some CPUs: ggml-org/llama.cpp#20824)"

@@ -102,15 +102,19 @@ TILED_MIN_ROWS = 8
 EXACT_BUILD = 'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 
 
+def llamafile_built() -> bool:
+    """Whether this llama.cpp build has llamafile's tinyBLAS kernels (no exact batches then)."""
+    return "LLAMAFILE = 1" in build().system_info
+
+
 def exact_rows(model: Model) -> int | None:
     """The most tokens a batch of `model`'s may hold for every row's logits to equal, to the bit, what
     one-token decoding gives (None: any batch); Unsupported (param "exact") where it cannot be exact."""
-    here = build()
-    if "LLAMAFILE = 1" in here.system_info:
+    if llamafile_built():
         raise Unsupported(
             f"exact batches need llama-cpp-python built without llamafile's kernels: {EXACT_BUILD}", "exact"
         )
-    if model.n_gpu_layers > 0 and here.gpu_offload:
+    if model.n_gpu_layers > 0 and build().gpu_offload:
         raise Unsupported(
             "exact batches are for the CPU backend: add --gpu-layers 0 (and --draft-gpu-layers 0)", "exact"
         )
