@@ -285,8 +285,9 @@ class LocalSpec:
 
     @property
     def draft_path(self) -> Path | None:
-        """The draft model's file (loaded or not yet), if one drafts here."""
-        return draft_path_of(self.engine)
+        """The file of the draft model loaded here (it loads at its first draft), if one is."""
+        drafter = draft_drafter(self.engine)
+        return drafter.path if drafter is not None and drafter.loaded is not None else None
 
     @property
     def pair(self) -> str:
