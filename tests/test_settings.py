@@ -128,14 +128,14 @@ def test_every_option_has_help() -> None:
 
 
 def test_every_default_is_the_settings_tables() -> None:
-    """RunConfig, LocalSpec.load and .generate, the sampler and the bench's options take their defaults from
+    """RunConfig, run_config, LocalSpec.load and .generate, the sampler and the bench's options take their defaults from
     the one table (the bench's own choices named here), so a setting is described once."""
     import dataclasses
     import inspect
 
     import typer
 
-    from localspec.api import LocalSpec
+    from localspec.api import LocalSpec, run_config
     from localspec.core.sampling import SamplerSettings
     from localspec.decoding.loader import RunConfig
     from localspec.frontends.cli import app
@@ -149,7 +149,7 @@ def test_every_default_is_the_settings_tables() -> None:
             same(f.name, f.default)
     for f in dataclasses.fields(SamplerSettings):
         same(f.name, f.default)
-    for fn in (LocalSpec.load, LocalSpec.generate):
+    for fn in (run_config, LocalSpec.load, LocalSpec.generate):
         for p in inspect.signature(fn).parameters.values():
             if p.name in SETTINGS:
                 same(p.name, p.default)
