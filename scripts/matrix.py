@@ -28,8 +28,8 @@ from typing import Any
 
 from pairs import fresh_cache, run
 
+from localspec.frontends.bench import requantized
 from localspec.frontends.bench_prompts import BUILTIN_PROMPTS, CUSTOMER_SCHEMA, STRUCTURED_PROMPT
-from localspec.llama.model import requantize
 from localspec.models.catalog import default_pair, resolve
 
 PROMPTS = {
@@ -42,12 +42,8 @@ HISTORIES = ("fresh", "warm", "busy")
 
 
 def target_file(quant: str) -> Path:
-    """The default target, or it requantized to `quant` beside it (made once)."""
-    src = resolve(default_pair()[0].name)
-    if quant == "q4_k_m":
-        return src
-    stem = src.stem.rsplit("-", 1)[0]
-    return requantize(src, src.with_name(f"{stem}-{quant}.gguf"), quant.upper())
+    """The default target, or it requantized to `quant` beside it (made once, as `localspec bench --requantize`)."""
+    return resolve(default_pair()[0].name) if quant == "q4_k_m" else requantized(None, quant.upper())
 
 
 def generate(target: Path, prompt: str, flags: list[str], cache: Path | str, tokens: int) -> dict[str, Any]:
