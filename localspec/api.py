@@ -321,7 +321,7 @@ class LocalSpec:
                 engine.cost,
                 engine.draft_choice,
                 seconds=self.load_seconds + engine.busy_seconds,
-                realized=drafter.realized if drafter else None,
+                drafter=drafter,
             )
             engine.draft_choice = None
 

@@ -204,12 +204,14 @@ def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Saving a session judges the draft model by what its rounds realized (its load included) once it drafted
-    JUDGED_ROUNDS rounds, not by its costs' promise; a session that never loaded it says nothing of it."""
+    JUDGED_ROUNDS rounds, not by its costs' promise, and keeps its learned agreement and its load's seconds for
+    the next run; a session that never loaded it says nothing of it."""
+    import json
     from types import SimpleNamespace
 
     from localspec.drafting.calibration import DraftChoice, kept_decision, model_key, save_costs
     from localspec.drafting.costs import CostModel
-    from localspec.drafting.draft_model import JUDGED_ROUNDS, Realized
+    from localspec.drafting.draft_model import JUDGED_ROUNDS, DraftModelDrafter
 
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     path = tmp_path / "target.gguf"
@@ -217,14 +219,21 @@ def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     target = SimpleNamespace(path=path, n_threads=2, n_gpu_layers=0, n_ctx_asked=4096)
     tkey = model_key(path, threads=2, gpu_layers=0, ctx=4096)
     cost = CostModel({1: 0.1, 5: 0.14}, draft=0.01)  # its costs promise a clear win
-    losing = Realized()
+    losing = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), cost)  # type: ignore[arg-type]
     for _ in range(JUDGED_ROUNDS):
-        losing.add(seconds=0.30, alone=0.25)  # each round took longer than the target alone for its tokens
+        losing.realized.add(seconds=0.30, alone=0.25)  # each round took longer than the target alone for its tokens
+        losing.acceptance.observe(drafted=4, accepted=1, confidence=[0.8, 0.8])  # 1 in 2 held where 0.8 was hoped
     choice = DraftChoice("draft", "use", DraftDecision(uses=True, wait=4), load_seconds=0.4)
-    save_costs(target, None, cost, choice, seconds=20.0, realized=losing)  # type: ignore[arg-type]
+    save_costs(target, None, cost, choice, seconds=20.0, drafter=losing)  # type: ignore[arg-type]
     kept = kept_decision(tkey, "draft")
     assert not kept.uses and kept.wait == 8 and kept.margin == pytest.approx(2.0 / 2.8)
     assert kept.try_seconds == pytest.approx(2.8 - 2.0)  # the ended use's loss counts against the budget
+    entry = json.loads((tmp_path / "costs.json").read_text())[tkey]
+    assert entry["draft_load"] == {"draft": 0.4}
+    assert entry["agreement"]["draft"] == pytest.approx(losing.acceptance.agreement)
+    assert losing.acceptance.agreement < 0.9
     unloaded = DraftChoice("draft", "use", DraftDecision(uses=True), load_seconds=0.0)  # a short answer
-    save_costs(target, None, cost, unloaded, seconds=2.0, realized=Realized())  # type: ignore[arg-type]
+    idle = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), cost)  # type: ignore[arg-type]
+    save_costs(target, None, cost, unloaded, seconds=2.0, drafter=idle)  # type: ignore[arg-type]
     assert unloaded.decision.uses and unloaded.decision.runs == 1  # nothing new about the draft model
+    assert json.loads((tmp_path / "costs.json").read_text())[tkey]["agreement"] == entry["agreement"]

@@ -24,12 +24,12 @@ FLAT = CostModel({1: 0.020, 2: 0.020, 4: 0.021, 8: 0.021, 16: 0.022, 32: 0.024},
 
 def test_picks_k0_when_drafting_cannot_win() -> None:
     """The measured CPU curve: a model draft at alpha 0.6 costs more than it saves at any k."""
-    k, rate = best_k(Acceptance(6, 4).survival(16), CPU, CPU.draft_token)
+    k, rate = best_k(Acceptance(0.6, 1, sure=1).survival(16), CPU, CPU.draft_token)
     assert k == 0 and rate == 1 / CPU.verify_cost(1)
 
 
 def test_picks_large_k_when_verify_is_flat_and_alpha_high() -> None:
-    k, _ = best_k(Acceptance(95, 5).survival(16), FLAT, FLAT.draft_token)
+    k, _ = best_k(Acceptance(0.95, 1, sure=1).survival(16), FLAT, FLAT.draft_token)
     assert k >= 8
 
 
@@ -338,3 +338,83 @@ def test_the_draft_model_waits_for_a_long_answer() -> None:
     assert planner.plan(prompt + [1] * (MIN_ANSWER - 1), room=400).drafter is None
     assert planner.plan(prompt + [1] * MIN_ANSWER, room=400).drafter is drafter
     assert _model(FLAT).min_answer == 0
+
+
+# A Q8_0 target and the 0.5B draft on a 2-core Intel Xeon (costs.json after a user's runs): a borderline pair.
+Q8_0 = CostModel(
+    {1: 0.119, 2: 0.126, 3: 0.147, 4: 0.161, 5: 0.253, 8: 0.360, 16: 0.442}, draft=0.038, draft_prefill=0.0062
+)
+
+
+def _on_demand(load_seconds: float, agreement: float = 1.0) -> tuple[DraftModelDrafter, list[int]]:
+    """A draft model loaded at its first draft (the list counts its loads), after a 54-token prompt."""
+    from pathlib import Path
+
+    loads: list[int] = []
+
+    def load() -> SimpleNamespace:
+        loads.append(1)
+        return SimpleNamespace(tokens=[], path="draft.gguf")
+
+    drafter = DraftModelDrafter(
+        load,  # type: ignore[arg-type]
+        Q8_0,
+        path=Path("draft.gguf"),
+        agreement=agreement,
+        load_seconds=load_seconds,
+    )
+    drafter.start(54)
+    return drafter, loads
+
+
+def _answer(planner: Planner, top: float, tokens: int) -> list[str]:
+    """The planner's choices over an answer the target writes alone while it is `top` sure of each token."""
+    ctx, kinds = list(range(54)), []
+    for _ in range(tokens):
+        plan = planner.plan(ctx, room=400)
+        kinds.append(plan.drafter.name if plan.drafter else "none")
+        if plan.drafter:
+            break
+        ctx.append(7)
+        planner.observe(ctx, plan, 0, [top])
+    return kinds
+
+
+def test_the_draft_model_is_loaded_only_where_the_target_is_sure() -> None:
+    """On a borderline pair the target's own confidence says whether the draft would hold (it held 0.58 of its
+    tokens on an open chat where the target's top probability averaged 0.63, 0.93 on code at 0.94): text the
+    target is unsure of is answered without loading the draft model, not even to probe it; code loads it at the
+    answer's 32nd token."""
+    drafter, loads = _on_demand(load_seconds=0.3)
+    prose = _answer(Planner([drafter], k=None, cost=Q8_0), top=0.4, tokens=300)
+    assert set(prose) == {"none"} and not loads and drafter.loaded is None
+    drafter, loads = _on_demand(load_seconds=0.3)
+    code = _answer(Planner([drafter], k=None, cost=Q8_0), top=0.94, tokens=300)
+    assert code[-1] == "draft_model" and len(code) == 33
+
+
+def test_the_load_is_priced_into_the_first_draft() -> None:
+    """A load that takes longer than the draft model would save over the tokens left is not paid for."""
+    slow, _ = _on_demand(load_seconds=20.0)
+    assert set(_answer(Planner([slow], k=None, cost=Q8_0), top=0.94, tokens=100)) == {"none"}
+    loaded = _model(Q8_0)
+    loaded.start(54)
+    assert _answer(Planner([loaded], k=None, cost=Q8_0), top=0.94, tokens=100) == ["draft_model"]
+
+
+def test_the_agreement_is_learned_and_alpha_follows_the_text() -> None:
+    """Rounds whose tokens hold with probability 0.85 x the target's top probability (varying 0.5-0.97 by
+    text) teach an agreement of 0.85 (seeded; within 0.12, the decayed counts' noise over ~20 rounds), started
+    from a wrong prior; alpha then follows the target's confidence."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    acceptance = Acceptance.prior(1.2)
+    for _ in range(400):
+        top = float(rng.uniform(0.5, 0.97))
+        held = int(np.argmin(rng.random(4) < 0.85 * top)) if not (rng.random(4) < 0.85 * top).all() else 4
+        acceptance.observe(4, held, [top] * (held + 1))
+    assert abs(acceptance.agreement - 0.85) < 0.12
+    for _ in range(60):
+        acceptance.observe(0, 0, [0.6])
+    assert abs(acceptance.alpha - 0.85 * 0.6) < 0.1

@@ -190,6 +190,12 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...]  # (token, log-probability), most likely first
 
 
+def top_probability(logits: np.ndarray) -> float:
+    """The model's probability of its likeliest token at temperature 1 (after any grammar mask): how sure it is."""
+    top = logits.max()
+    return 1.0 / float(np.exp(logits - top).sum())
+
+
 def token_logprob(logits: np.ndarray | None, token: int, n: int) -> TokenLogprob:
     """Log-softmax of the target's logits at one position (at temperature 1, after any grammar mask):
     the model's own distribution, as OpenAI reports it, whatever sampler settings chose the token.

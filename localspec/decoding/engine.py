@@ -17,6 +17,7 @@ from localspec.core.sampling import (
     TokenLogprob,
     process,
     token_logprob,
+    top_probability,
 )
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
@@ -153,7 +154,8 @@ class Run:
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
         for d in self.planner.drafters:
             d.rewind(len(ctx) + n)
-        self.planner.observe(ctx + tokens, Plan(plan.drafter, len(draft)), n)
+        sure = [top_probability(r) for r in rows if r is not None] if self.planner.confident else []
+        self.planner.observe(ctx + tokens, Plan(plan.drafter, len(draft)), n, sure)
         top = self.request.top_logprobs
         logprobs = [token_logprob(r, t, top) for r, t in zip(rows, tokens, strict=True)] if top is not None else []
         return Round(tokens, n, plan.drafter, len(draft), logprobs)

@@ -127,7 +127,7 @@ def load_engine(cfg: RunConfig) -> Engine:
         draft,
         copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER),
         cost=cost,
-        trial=choice is not None and choice.choice == "try",
+        choice=choice,
         draft_path=draft_path,
     )
     rows = exact_rows(target) if cfg.exact else None
@@ -155,17 +155,28 @@ def make_drafters(
     *,
     copier: bool = False,
     cost: CostModel | None = None,
-    trial: bool = False,
+    choice: DraftChoice | None = None,
     draft_path: Path | None = None,
 ) -> list[Drafter]:
     """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model (or
-    the function that loads it at its first draft, from `draft_path`; on trial: drafting a few rounds whatever its price, to be
-    measured)."""
+    the function that loads it at its first draft, from `draft_path`), starting from what `choice` kept of it
+    (on a "try": drafting a few rounds whatever its price, to be measured)."""
     drafters: list[Drafter] = []
     if copier:
         drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
     if draft is not None:
-        drafters.append(DraftModelDrafter(draft, cost, trial=trial, path=draft_path))
+        drafters.append(
+            DraftModelDrafter(draft, cost, path=draft_path)
+            if choice is None
+            else DraftModelDrafter(
+                draft,
+                cost,
+                trial=choice.choice == "try",
+                path=draft_path,
+                agreement=choice.agreement,
+                load_seconds=choice.load_estimate,
+            )
+        )
     return drafters
 
 

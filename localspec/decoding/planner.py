@@ -67,7 +67,12 @@ class Planner:
                     return Plan(d, k)
         return best
 
-    def observe(self, ctx: list[int], plan: Plan, accepted: int) -> None:
+    @property
+    def confident(self) -> bool:
+        """Whether a drafter learns from the target's confidence (Drafter.observe's `confidence`)."""
+        return any(d.confident for d in self.drafters)
+
+    def observe(self, ctx: list[int], plan: Plan, accepted: int, confidence: Sequence[float] = ()) -> None:
         """Every drafter learns from a finished round; ctx already ends with the tokens it emitted."""
         for d in self.drafters:
-            d.observe(ctx, plan.drafter, plan.k, accepted)
+            d.observe(ctx, plan.drafter, plan.k, accepted, confidence)

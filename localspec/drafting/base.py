@@ -10,7 +10,7 @@ no more than this: adding a draft source means writing one subclass and register
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
@@ -28,6 +28,8 @@ class Drafter(ABC):
     # whether what it proposes is certain but for spelling (a grammar's forced tokens): then the planner takes
     # all of it, as a certain token costs less in any batch than in a round of its own later
     certain: ClassVar[bool] = False
+    # whether it learns from the target's confidence (observe's `confidence`, computed only where a drafter is)
+    confident: ClassVar[bool] = False
 
     def start(self, prompt_len: int, *, fill: bool = False) -> None:
         """A new generation begins; its output follows the first prompt_len tokens of the context. With `fill`
@@ -59,9 +61,13 @@ class Drafter(ABC):
         """Propose exactly k tokens to follow ctx (k never exceeds what survival offered, or max_k). A drafter
         that samples picks with `sampling` at the positions its tokens take (the target's own noise)."""
 
-    def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
+    def observe(
+        self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
         """Learn from a finished round: ctx ends with the tokens it emitted, the `accepted` of `drafted`
-        draft tokens first; `by` is the drafter that made the round's draft (None: the target alone)."""
+        draft tokens first; `by` is the drafter that made the round's draft (None: the target alone).
+        `confidence`: the target's top probability at each emitted position it computed (for `confident`
+        drafters)."""
 
     def rewind(self, n: int) -> None:
         """The context now holds only its first n tokens (after verification): drop any state past it."""

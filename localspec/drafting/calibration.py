@@ -19,7 +19,7 @@ from localspec.drafting.draft_model import (
     TRIAL_K,
     TRIAL_ROUNDS,
     WIN_MARGIN,
-    Realized,
+    DraftModelDrafter,
     margin,
     model_can_win,
 )
@@ -86,9 +86,14 @@ def _entry(store: dict[str, Any], target_key: str) -> dict[str, Any]:
     return entry if isinstance(entry, dict) else {}
 
 
-def _seconds(table: Any, key: str) -> float | None:
+def _positive(table: Any, key: str) -> float | None:
+    """table[key] where it is a positive number (a kept time or ratio); None otherwise."""
     value = table.get(key) if isinstance(table, dict) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+        else None
+    )
 
 
 def cached_costs(target_key: str, draft_key: str | None = None) -> CostModel | None:
@@ -96,16 +101,16 @@ def cached_costs(target_key: str, draft_key: str | None = None) -> CostModel | N
     (or kept in a shape this version cannot read)."""
     entry = _entry(read_json(_path()), target_key)
     table = entry.get("verify")
-    curve = {int(n): s for n in table if n.isdigit() and (s := _seconds(table, n))} if isinstance(table, dict) else {}
+    curve = {int(n): s for n in table if n.isdigit() and (s := _positive(table, n))} if isinstance(table, dict) else {}
     if not curve:
         return None
     cost = CostModel(curve)
     if draft_key is not None:
-        seconds = _seconds(entry.get("draft"), draft_key)
+        seconds = _positive(entry.get("draft"), draft_key)
         if seconds is None:
             return None
         cost.draft = seconds
-        cost.draft_prefill = _seconds(entry.get("draft_prefill"), draft_key) or seconds
+        cost.draft_prefill = _positive(entry.get("draft_prefill"), draft_key) or seconds
     return cost
 
 
@@ -170,12 +175,16 @@ def by_size(target_path: Path, draft_path: Path, cost: CostModel) -> CostModel:
 
 @dataclass
 class DraftChoice:
-    """What one run (or session) chose about a draft model; settled into the kept decision by save_costs."""
+    """What one run (or session) chose about a draft model; settled into the kept decision by save_costs.
+    `agreement` and `load_estimate` are what runs before learned of it: its acceptance against the target's
+    confidence (draft_model.Acceptance) and its load's seconds (at most the target's before it was measured)."""
 
     draft_key: str
     choice: Choice
     decision: DraftDecision
     load_seconds: float = 0.0  # the draft model's load, once it was loaded
+    agreement: float = 1.0
+    load_estimate: float = 0.0
 
 
 def decide_draft(
@@ -208,7 +217,10 @@ def decide_draft(
             notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
     if choice != "skip" and (choice == "try" or not kept):  # priced at its size bound until its first decodes
         cost.guess_draft(size_bound(target.path, draft_path) * cost.verify_cost(1))
-    return notes, DraftChoice(draft_key, choice, decision)
+    entry = _entry(read_json(_path()), _key(target))
+    agreement = _positive(entry.get("agreement"), draft_key) or 1.0
+    load = _positive(entry.get("draft_load"), draft_key) or loaded_in
+    return notes, DraftChoice(draft_key, choice, decision, agreement=agreement, load_estimate=load)
 
 
 def try_estimate(draft_decodes: float, cost: CostModel, loaded_in: float) -> float:
@@ -242,11 +254,13 @@ def save_costs(
     choice: DraftChoice | None = None,
     *,
     seconds: float = 0.0,
-    realized: Realized | None = None,
+    drafter: DraftModelDrafter | None = None,
 ) -> None:
     """Keep the learned quiet costs for the next run (never the session's load), and settle `choice` into
     its kept decision: the user spent `seconds` on the session, and the draft model's rounds took what
-    `realized` says against the target alone. Never fails the caller."""
+    `drafter.realized` says against the target alone; keep what `drafter` learned of its acceptance, and the
+    seconds its load took. Never fails the caller."""
+    realized = drafter.realized if drafter is not None else None
     if not cost.measured and choice is None:
         return
     known = cost.draft > 0 and not cost.draft_guessed  # measured here, now or by a run before
@@ -272,8 +286,14 @@ def save_costs(
                     entry[table] = {}
                 entry[table][_key(draft)] = value
         if choice is not None:
-            if not isinstance(entry.get("decisions"), dict):
-                entry["decisions"] = {}
-            entry["decisions"][choice.draft_key] = choice.decision.to_json()
+            kept: dict[str, Any] = {"decisions": choice.decision.to_json()}
+            if drafter is not None and drafter.realized.rounds:
+                kept["agreement"] = drafter.acceptance.agreement
+            if choice.load_seconds > 0:
+                kept["draft_load"] = choice.load_seconds
+            for table, value in kept.items():
+                if not isinstance(entry.get(table), dict):
+                    entry[table] = {}
+                entry[table][choice.draft_key] = value
 
     update_json(_path(), change)

@@ -324,7 +324,9 @@ class Copier(Drafter):
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         return list(self.propose(ctx, k))
 
-    def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
+    def observe(
+        self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
         if by is None or by is self:
             self.learn(ctx, accepted if by is self else 0)
         else:  # another drafter's tokens moved the output: resynchronize, near where the last copy broke

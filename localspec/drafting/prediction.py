@@ -8,6 +8,7 @@ on the prediction after the edit, as it does on the prompt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
@@ -53,6 +54,8 @@ class PredictionDrafter(Drafter):
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         return list(self._proposal(ctx, k))
 
-    def observe(self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int) -> None:
+    def observe(
+        self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
         mine = self.copier if by is self else by
         self.copier.observe(self._view(ctx), mine, drafted, accepted)
