@@ -134,8 +134,8 @@ class Realized:
 class DraftModelDrafter(Drafter):
     """Drafts by sampling a small model token by token, keeping each token's distribution q.
 
-    Under automatic k it is re-probed with k = 1 now and then while it loses (backing off), so the
-    choice can switch back when the text gets easier.
+    Under automatic k, once loaded, it is re-probed with k = 1 now and then while it loses (backing off), so
+    the choice can switch back when the text gets easier.
     """
 
     name = "draft_model"
