@@ -96,7 +96,7 @@ def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     engine = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))
     drafter = draft_drafter(engine)
     assert drafter is not None and drafter.loaded is None and not engine.notes
-    drafter.min_answer = 0  # these answers are short: let it draft from their start
+    drafter.load_seconds = 0.0  # these answers are short: let its load cost nothing, so it drafts from their start
     # First turn with the target alone: the draft model is not even loaded.
     conv = Conversation(LocalSpec(engine, RunConfig(sampler=GREEDY)), max_tokens=40)
     engine.k = 0
@@ -165,7 +165,7 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     spec = LocalSpec.load(gpu_layers=0, draft_gpu_layers=0)
     drafter = draft_drafter(spec.engine)
     assert drafter is not None and drafter.loaded is None and any("tried" in n for n in spec.notes), spec.notes
-    drafter.min_answer = 0  # a short answer: let it draft from its start
+    drafter.min_answer = 0  # a short answer: let its trial draft from its start
     prompt = "def add(a, b):\n    return a + b\n\n# add(2, 3) =="
     run = spec.generate(prompt, raw=True, temperature=0, max_tokens=24)
     run.result()

@@ -59,7 +59,7 @@ class Planner:
             if d.certain:
                 return Plan(d, len(survival))
             k, r = best_k(survival, cost, d.token_seconds(cost))
-            if k and (r := amortized(r, d.setup_seconds(ctx, cost), room)) > rate:
+            if k and (r := amortized(r, d.setup_seconds(ctx, cost), d.horizon(ctx, room))) > rate:
                 best, rate = Plan(d, k), r
         if best is NONE:
             for d in self.drafters:

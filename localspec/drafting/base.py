@@ -51,6 +51,10 @@ class Drafter(ABC):
         """One-off seconds before it can propose for ctx (a draft model catching up on the context)."""
         return 0.0
 
+    def horizon(self, ctx: list[int], room: int) -> int:
+        """The tokens its setup is amortized over: those likely to come, at most `room` (the default)."""
+        return room
+
     def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
         """Under automatic k, when nothing else wins: a short draft worth trying to refresh stale
         estimates (0: none)."""

@@ -156,4 +156,6 @@ def best_k(survival: Sequence[float], cost: CostModel, draft_cost: float) -> tup
 
 def amortized(rate: float, setup: float, horizon: int) -> float:
     """Tokens per second over the next `horizon` tokens when `setup` seconds are paid once first."""
-    return horizon / (horizon / rate + setup) if setup > 0 and horizon > 0 else rate
+    if setup <= 0:
+        return rate
+    return horizon / (horizon / rate + setup) if horizon > 0 else 0.0

@@ -28,8 +28,8 @@ WIN_MARGIN = 1.25
 # A draft model on trial (calibration.decide_draft) drafts TRIAL_K tokens in this many rounds where nothing
 # else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
 TRIAL_ROUNDS, TRIAL_K = 4, 4
-# A draft model loaded on demand drafts only once an answer is this long: a shorter one never pays its load and
-# catch-up (a short answer on a Q8_0 target ran 0.86x of the target alone when it did).
+# A draft model on trial drafts its rounds only once an answer is this long: a shorter one never pays for its load
+# and catch-up (a short answer on a Q8_0 target ran 0.86x of the target alone when it did).
 MIN_ANSWER = 32
 # Rounds of the draft model's own after which a session's realized speedup judges it (fewer: its costs do).
 JUDGED_ROUNDS = 8
@@ -162,9 +162,9 @@ class DraftModelDrafter(Drafter):
         self.acceptance = Acceptance.prior(agreement)
         self.load_seconds = load_seconds
         self.trial_rounds = TRIAL_ROUNDS if trial else 0  # on trial: drafts TRIAL_K this often, to be measured
+        self.min_answer = MIN_ANSWER  # ... once the answer is this long
         self.realized = Realized()  # what its rounds took against the target alone's time for their tokens
         self._answer_start = 0  # where the answer began
-        self.min_answer = MIN_ANSWER if callable(model) else 0  # loaded on demand: only for a long answer
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
         self._probing = False
         self._round_start = 0.0
@@ -185,10 +185,13 @@ class DraftModelDrafter(Drafter):
         self._answer_start = prompt_len
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return self.acceptance.survival(k_max) if self._long_enough(ctx) else []
+        return self.acceptance.survival(k_max)
 
-    def _long_enough(self, ctx: list[int]) -> bool:
-        return len(ctx) - self._answer_start >= self.min_answer
+    def horizon(self, ctx: list[int], room: int) -> int:
+        """Not loaded yet: the answer so far, as long as the rest is likely to be (ski rental: it is loaded once
+        it would have saved its load and catch-up on the tokens so far, so a short answer never pays for it and
+        a long one loses at most that); loaded: the room left."""
+        return room if self.loaded is not None else min(room, len(ctx) - self._answer_start)
 
     def token_seconds(self, cost: CostModel) -> float:
         return cost.draft_token
@@ -203,9 +206,7 @@ class DraftModelDrafter(Drafter):
         return load + max(behind, 0) * cost.draft_prefill_token
 
     def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
-        if not self._long_enough(ctx):
-            return 0
-        if self.trial_rounds > 0:
+        if self.trial_rounds > 0 and len(ctx) - self._answer_start >= self.min_answer:
             self.trial_rounds -= 1
             return min(TRIAL_K, room)
         if self.loaded is None:  # a probe never loads it: only a draft its price says wins does
