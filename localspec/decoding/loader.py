@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Engine
@@ -165,18 +166,14 @@ def make_drafters(
     if copier:
         drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
     if draft is not None:
-        drafters.append(
-            DraftModelDrafter(draft, cost, path=draft_path)
-            if choice is None
-            else DraftModelDrafter(
-                draft,
-                cost,
-                trial=choice.choice == "try",
-                path=draft_path,
-                agreement=choice.agreement,
-                load_seconds=choice.load_estimate,
-            )
-        )
+        kept: dict[str, Any] = {}  # what earlier runs learned of it
+        if choice is not None:
+            kept = {
+                "trial": choice.choice == "try",
+                "agreement": choice.agreement,
+                "load_seconds": choice.load_estimate,
+            }
+        drafters.append(DraftModelDrafter(draft, cost, path=draft_path, **kept))
     return drafters
 
 

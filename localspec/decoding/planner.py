@@ -37,6 +37,8 @@ class Planner:
         if k is None and cost is None:
             raise ValueError("automatic k needs a cost model")
         self.drafters, self.k, self.cost = list(drafters), k, cost
+        # whether a drafter learns from the target's confidence (Drafter.observe's `confidence`)
+        self.confident = any(d.confident for d in self.drafters)
 
     def plan(self, ctx: list[int], room: int) -> Plan:
         """The draft for the next round; room is the most tokens it may propose."""
@@ -66,11 +68,6 @@ class Planner:
                 if k := d.probe(ctx, room, cost):
                     return Plan(d, k)
         return best
-
-    @property
-    def confident(self) -> bool:
-        """Whether a drafter learns from the target's confidence (Drafter.observe's `confidence`)."""
-        return any(d.confident for d in self.drafters)
 
     def observe(self, ctx: list[int], plan: Plan, accepted: int, confidence: Sequence[float] = ()) -> None:
         """Every drafter learns from a finished round; ctx already ends with the tokens it emitted."""

@@ -116,7 +116,11 @@ def cached_costs(target_key: str, draft_key: str | None = None) -> CostModel | N
 
 def kept_decision(target_key: str, draft_key: str) -> DraftDecision:
     """The kept decision of `target_key` on the draft model `draft_key` (a fresh one where none is kept)."""
-    decisions = _entry(read_json(_path()), target_key).get("decisions")
+    return _decision(_entry(read_json(_path()), target_key), draft_key)
+
+
+def _decision(entry: dict[str, Any], draft_key: str) -> DraftDecision:
+    decisions = entry.get("decisions")
     return DraftDecision.from_json(decisions.get(draft_key) if isinstance(decisions, dict) else None)
 
 
@@ -199,7 +203,8 @@ def decide_draft(
     model's, in a try's estimated cost). The caller loads the draft where the choice is not "skip", and adds
     the load's seconds to the choice.
     """
-    name, decision = draft_path.name, kept_decision(_key(target), draft_key)
+    entry = _entry(read_json(_path()), _key(target))
+    name, decision = draft_path.name, _decision(entry, draft_key)
     kept = cost.measured and cached_draft_costs(target, draft_key, cost)
     if not cost.measured:
         choice: Choice = "skip"
@@ -217,7 +222,6 @@ def decide_draft(
             notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
     if choice != "skip" and (choice == "try" or not kept):  # priced at its size bound until its first decodes
         cost.guess_draft(size_bound(target.path, draft_path) * cost.verify_cost(1))
-    entry = _entry(read_json(_path()), _key(target))
     agreement = _positive(entry.get("agreement"), draft_key) or 1.0
     load = _positive(entry.get("draft_load"), draft_key) or loaded_in
     return notes, DraftChoice(draft_key, choice, decision, agreement=agreement, load_estimate=load)
@@ -281,19 +285,21 @@ def save_costs(
         if cost.measured:
             entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
         if known and draft is not None:
-            for table, value in (("draft", cost.draft), ("draft_prefill", cost.draft_prefill)):
-                if not isinstance(entry.get(table), dict):
-                    entry[table] = {}
-                entry[table][_key(draft)] = value
+            _keep(entry, _key(draft), {"draft": cost.draft, "draft_prefill": cost.draft_prefill})
         if choice is not None:
             kept: dict[str, Any] = {"decisions": choice.decision.to_json()}
             if drafter is not None and drafter.realized.rounds:
                 kept["agreement"] = drafter.acceptance.agreement
             if choice.load_seconds > 0:
                 kept["draft_load"] = choice.load_seconds
-            for table, value in kept.items():
-                if not isinstance(entry.get(table), dict):
-                    entry[table] = {}
-                entry[table][choice.draft_key] = value
+            _keep(entry, choice.draft_key, kept)
 
     update_json(_path(), change)
+
+
+def _keep(entry: dict[str, Any], draft_key: str, values: dict[str, Any]) -> None:
+    """Set each table's value for `draft_key` in a target's entry (a table of the wrong shape starts afresh)."""
+    for table, value in values.items():
+        if not isinstance(entry.get(table), dict):
+            entry[table] = {}
+        entry[table][draft_key] = value

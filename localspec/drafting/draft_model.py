@@ -162,7 +162,7 @@ class DraftModelDrafter(Drafter):
         self.acceptance = Acceptance.prior(agreement)
         self.load_seconds = load_seconds
         self.trial_rounds = TRIAL_ROUNDS if trial else 0  # on trial: drafts TRIAL_K this often, to be measured
-        self.min_answer = MIN_ANSWER  # ... once the answer is this long
+        self.min_answer = MIN_ANSWER  # its trial rounds wait for an answer this long
         self.realized = Realized()  # what its rounds took against the target alone's time for their tokens
         self._answer_start = 0  # where the answer began
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
