@@ -29,6 +29,7 @@ from localspec.drafting.base import Drafter
 from localspec.drafting.calibration import save_costs
 from localspec.drafting.copier import LineJoin
 from localspec.drafting.forced import ForcedDrafter
+from localspec.drafting.policy import DraftPolicy
 from localspec.drafting.prediction import PredictionDrafter
 from localspec.errors import Unsupported
 from localspec.llama.grammar import grammar_tokenizer
@@ -129,8 +130,11 @@ class Generation:
 class LocalSpec:
     """A loaded target (and draft) with speculative decoding; generations run one at a time."""
 
-    def __init__(self, engine: Engine, config: RunConfig, load_seconds: float = 0.0) -> None:
+    def __init__(
+        self, engine: Engine, config: RunConfig, load_seconds: float = 0.0, policy: DraftPolicy | None = None
+    ) -> None:
         self.engine, self.config, self.load_seconds = engine, config, load_seconds
+        self.policy = policy  # the session's draft-model policy (settled once, by save_costs)
 
     @classmethod
     def load(cls, target: str | None = None, draft: str = default("draft"), **options: Any) -> LocalSpec:
@@ -142,13 +146,13 @@ class LocalSpec:
     def from_config(cls, config: RunConfig) -> LocalSpec:
         """Load a pair from a RunConfig (what the frontends build from their options)."""
         t0 = time.perf_counter()
-        engine = load_engine(config)
-        return cls(engine, config, time.perf_counter() - t0)
+        engine, policy = load_engine(config)
+        return cls(engine, config, time.perf_counter() - t0, policy)
 
     @property
     def notes(self) -> list[str]:
         """Remarks from loading (a draft model left out where it cannot win, say)."""
-        return self.engine.notes
+        return self.policy.notes if self.policy is not None else []
 
     def tokens(
         self,
@@ -319,11 +323,11 @@ class LocalSpec:
                 engine.target,
                 drafter.loaded if drafter else None,
                 engine.cost,
-                engine.draft_choice,
+                self.policy,
                 seconds=self.load_seconds + engine.busy_seconds,
                 drafter=drafter,
             )
-            engine.draft_choice = None
+            self.policy = None
 
 
 def run_config(

@@ -109,7 +109,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     from localspec.decoding.loader import RunConfig, default_threads, load_engine
     from localspec.drafting.calibration import calibrate
     from localspec.drafting.costs import best_k
-    from localspec.drafting.draft_model import PROBE_ALPHA, model_can_win
+    from localspec.drafting.policy import PROBE_ALPHA, clear_win
     from localspec.llama.model import Model, build
     from localspec.llama.template import chat_tokens
     from localspec.models.twin import write_twin
@@ -130,7 +130,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     result["verify_ms"] = {n: s * 1e3 for n, s in cost.curve().items()}
     result["draft_token"] = cost.draft_token / t1
     result["draft_prefill_token"] = cost.draft_prefill_token / t1
-    result["model_can_win"] = model_can_win(cost)
+    result["model_can_win"] = clear_win(cost)
     result["draft_model_predicted"] = {
         f"{alpha:.2f}": best_k([alpha**j for j in range(1, 17)], cost, cost.draft_token)[1] * t1
         for alpha in (0.6, 0.8, PROBE_ALPHA)
@@ -146,17 +146,20 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
             ("no_draft", RunConfig(target=str(paths["target"]), no_draft=True, sampler=greedy)),
         ):
             cfg.gpu_layers = cfg.draft_gpu_layers = gpu_layers
-            engine = load_engine(cfg)
+            engine, policy = load_engine(cfg)
             ids = chat_tokens(engine.target, [{"role": "user", "content": prompt}])
             start = time.perf_counter()
             run_ = engine.generate(Request(tuple(ids), tokens, greedy))
             for _ in run_:
                 pass
             completion = run_.tokens
-            row[way], answers[way] = {"seconds": time.perf_counter() - start, "notes": engine.notes}, completion
+            row[way], answers[way] = (
+                {"seconds": time.perf_counter() - start, "notes": policy.notes if policy else []},
+                completion,
+            )
             if way == "no_draft":
                 row["same"] = _same_by_near_tie(engine.target, ids, answers["default"], completion)
-            del engine
+            del engine, policy
         row["speedup"] = row["no_draft"]["seconds"] / row["default"]["seconds"]
         result["runs"].append(row)
     curve = out / "verify-curve.json"

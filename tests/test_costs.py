@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from localspec.drafting.costs import CostModel
-from localspec.drafting.draft_model import model_can_win
+from localspec.drafting.policy import clear_win
 
 ROOT = Path(__file__).resolve().parents[1]
 # Measured on a 2-core AMD EPYC (Q4_K_M target, 2 threads): a CPU, where the 0.5B draft cannot win.
@@ -37,7 +37,7 @@ def test_a_busy_hour_is_forgotten_not_learned() -> None:
 
     for _ in range(10):  # a busy afternoon of runs, each saving what it learned
         kept = _session(kept, busy)
-        assert not model_can_win(CostModel(kept["verify"], draft=kept["draft"], draft_prefill=kept["draft_prefill"]))
+        assert not clear_win(CostModel(kept["verify"], draft=kept["draft"], draft_prefill=kept["draft_prefill"]))
     assert kept["verify"] == pytest.approx(QUIET, rel=0.02)  # the kept curve is still the quiet hardware's
     assert kept["draft"] == pytest.approx(DRAFT) and kept["draft_prefill"] >= 0.9 * DRAFT_PREFILL
 
@@ -88,7 +88,7 @@ def test_the_recorded_busy_period_keeps_the_decisions_right() -> None:
     trace = json.loads((ROOT / "scripts" / "cost-trace.json").read_text())
     calibrated = {int(n): s for n, s in trace["calibrated"]["verify"].items()}
     kept = {**trace["calibrated"], "verify": dict(calibrated)}
-    assert not model_can_win(CostModel(dict(calibrated), draft=kept["draft"], draft_prefill=kept["draft_prefill"]))
+    assert not clear_win(CostModel(dict(calibrated), draft=kept["draft"], draft_prefill=kept["draft_prefill"]))
     for session in trace["sessions"]:
 
         def replay(cost: CostModel, events=session["events"]) -> None:
@@ -100,7 +100,7 @@ def test_the_recorded_busy_period_keeps_the_decisions_right() -> None:
 
         kept = _session(kept, replay)
         cost = CostModel(dict(kept["verify"]), draft=kept["draft"], draft_prefill=kept["draft_prefill"])
-        assert not model_can_win(cost), session["kind"]
+        assert not clear_win(cost), session["kind"]
     assert {n: s / calibrated[n] for n, s in kept["verify"].items() if n in calibrated} == pytest.approx(
         {n: 1.0 for n in calibrated}, abs=0.15
     )

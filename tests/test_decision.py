@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localspec.drafting.decision import BUDGET, MAX_WAIT, NOISE, DraftDecision
+from localspec.drafting.policy import BUDGET, MAX_WAIT, NOISE, DraftDecision, DraftPolicy, Kept
 from localspec.files import read_json, update_json
 
 TRACE = Path(__file__).parent.parent / "scripts" / "margin-trace.json"
@@ -23,11 +23,11 @@ def _history(margins: list[float], seconds: float = 20.0, try_cost: float = 1.5)
     recomputes the margin from the kept costs: the last one measured)."""
     d, choices, verdicts, kept = DraftDecision(), [], [], None
     for i, m in enumerate(margins):
-        choice = d.choice(try_cost)
+        choice = d.choice(try_cost, may_win=False)
         measured = m if choice != "skip" else kept
         if choice != "skip":
             kept = m
-        d.settle(choice, margin=None if i == 0 else measured, seconds=seconds, try_seconds=try_cost)
+        d.settle(choice, margin=None if i == 0 else measured, seconds=seconds, lost=try_cost)
         d = DraftDecision.from_json(json.loads(json.dumps(d.to_json())))  # saved and loaded between runs
         choices.append(choice)
         verdicts.append(d.uses)
@@ -64,10 +64,10 @@ def test_a_noisy_margin_near_the_threshold_never_oscillates(true_margin: float) 
     rng = random.Random(7)
     d, verdicts, kept = DraftDecision(), [], None
     for i in range(400):
-        choice = d.choice(1.0)
+        choice = d.choice(1.0, may_win=False)
         if choice != "skip":
             kept = true_margin + rng.gauss(0, 0.03)
-        d.settle(choice, margin=kept if i else None, seconds=15.0, try_seconds=rng.uniform(0.5, 2.0))
+        d.settle(choice, margin=kept if i else None, seconds=15.0, lost=rng.uniform(0.5, 2.0))
         verdicts.append(d.uses)
         assert d.try_seconds <= BUDGET * d.user_seconds + 1e-9
     assert _flips(verdicts) <= 1
@@ -87,10 +87,10 @@ def test_tries_cost_under_the_budget_on_any_history(runs: list[tuple[float, floa
     by more than one ended use's loss (charged after its run), and no two runs in a row are tries."""
     d, last, estimate, ended = DraftDecision(), "skip", 1.0, 0.0
     for i, (seconds, margin, cost_share) in enumerate(runs):
-        choice = d.choice(estimate)
+        choice = d.choice(estimate, may_win=False)
         cost = cost_share * (d.last_try if d.last_try is not None else estimate)
         before = d.try_seconds
-        d.settle(choice, margin=margin if i and choice != "skip" else None, seconds=seconds, try_seconds=cost)
+        d.settle(choice, margin=margin if i and choice != "skip" else None, seconds=seconds, lost=cost)
         if choice == "use" and not d.uses:
             ended = max(ended, d.try_seconds - before)
         assert d.try_seconds <= BUDGET * d.user_seconds + ended + 1e-9
@@ -102,8 +102,8 @@ def test_a_loser_is_tried_less_and_less_often() -> None:
     """A draft model that keeps losing is tried at doubling intervals, up to MAX_WAIT runs apart."""
     d, tries = DraftDecision(), []
     for i in range(2000):
-        choice = d.choice(0.1)
-        d.settle(choice, margin=0.5 if i else None, seconds=20.0, try_seconds=0.1)
+        choice = d.choice(0.1, may_win=False)
+        d.settle(choice, margin=0.5 if i else None, seconds=20.0, lost=0.1)
         if choice == "try":
             tries.append(i)
     gaps = [b - a for a, b in itertools.pairwise(tries)]
@@ -113,9 +113,9 @@ def test_a_loser_is_tried_less_and_less_often() -> None:
 
 def test_a_winner_found_by_a_try_is_used_until_it_clearly_loses() -> None:
     d = DraftDecision(runs=5, user_seconds=1000.0)
-    assert d.choice(1.0) == "try"
-    d.settle("try", margin=1.2, seconds=20.0, try_seconds=1.0)
-    assert d.uses and d.choice(1.0) == "use"
+    assert d.choice(1.0, may_win=False) == "try"
+    d.settle("try", margin=1.2, seconds=20.0, lost=1.0)
+    assert d.uses and d.choice(1.0, may_win=False) == "use"
     for m in (1.05, 0.95, 1 - NOISE + 0.01):
         d.settle("use", margin=m, seconds=20.0)
         assert d.uses
@@ -129,11 +129,11 @@ def test_a_promise_that_answers_do_not_keep_is_used_ever_more_rarely() -> None:
     and the lost uses cost stays near the budget."""
     d, used = DraftDecision(), []
     for i in range(600):
-        choice = d.choice(1.0)
+        choice = d.choice(1.0, may_win=False)
         if choice == "use":
             used.append(i)
         margin = {"try": 1.15, "use": 0.85}.get(choice)  # a run without the draft model says nothing of it
-        d.settle(choice, margin=margin, seconds=15.0, try_seconds={"try": 1.0, "use": 1.5}.get(choice, 0.0))
+        d.settle(choice, margin=margin, seconds=15.0, lost={"try": 1.0, "use": 1.5}.get(choice, 0.0))
     gaps = [b - a for a, b in itertools.pairwise(used)]
     assert len(used) <= 15 and gaps == sorted(gaps) and max(gaps) <= MAX_WAIT + 2  # ever further apart, then capped
     assert d.try_seconds <= BUDGET * d.user_seconds + 2 * 1.5
@@ -209,9 +209,10 @@ def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     import json
     from types import SimpleNamespace
 
-    from localspec.drafting.calibration import DraftChoice, kept_decision, model_key, save_costs
+    from localspec.drafting.calibration import kept, model_key, save_costs
     from localspec.drafting.costs import CostModel
-    from localspec.drafting.draft_model import JUDGED_ROUNDS, DraftModelDrafter
+    from localspec.drafting.draft_model import DraftModelDrafter
+    from localspec.drafting.policy import JUDGED_ROUNDS
 
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     path = tmp_path / "target.gguf"
@@ -223,17 +224,17 @@ def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     for _ in range(JUDGED_ROUNDS):
         losing.realized.add(seconds=0.30, alone=0.25)  # each round took longer than the target alone for its tokens
         losing.acceptance.observe(drafted=4, accepted=1, confidence=[0.8, 0.8])  # 1 in 2 held where 0.8 was hoped
-    choice = DraftChoice("draft", "use", DraftDecision(uses=True, wait=4), load_seconds=0.4)
-    save_costs(target, None, cost, choice, seconds=20.0, drafter=losing)  # type: ignore[arg-type]
-    kept = kept_decision(tkey, "draft")
-    assert not kept.uses and kept.wait == 8 and kept.margin == pytest.approx(2.0 / 2.8)
-    assert kept.try_seconds == pytest.approx(2.8 - 2.0)  # the ended use's loss counts against the budget
+    policy = DraftPolicy("draft", "draft.gguf", "use", Kept(DraftDecision(uses=True, wait=4)), 0.2, load_seconds=0.4)
+    save_costs(target, None, cost, policy, seconds=20.0, drafter=losing)  # type: ignore[arg-type]
+    decision = kept(tkey, "draft").decision
+    assert not decision.uses and decision.wait == 8 and decision.margin == pytest.approx(2.0 / 2.8)
+    assert decision.try_seconds == pytest.approx(2.8 - 2.0)  # the ended use's loss counts against the budget
     entry = json.loads((tmp_path / "costs.json").read_text())[tkey]
     assert entry["draft_load"] == {"draft": 0.4}
     assert entry["agreement"]["draft"] == pytest.approx(losing.acceptance.agreement)
     assert losing.acceptance.agreement < 0.9
-    unloaded = DraftChoice("draft", "use", DraftDecision(uses=True), load_seconds=0.0)  # a short answer
+    unloaded = DraftPolicy("draft", "draft.gguf", "use", Kept(DraftDecision(uses=True)), 0.2)  # a short answer
     idle = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), cost)  # type: ignore[arg-type]
     save_costs(target, None, cost, unloaded, seconds=2.0, drafter=idle)  # type: ignore[arg-type]
-    assert unloaded.decision.uses and unloaded.decision.runs == 1  # nothing new about the draft model
+    assert unloaded.kept.decision.uses and unloaded.kept.decision.runs == 1  # nothing new about the draft model
     assert json.loads((tmp_path / "costs.json").read_text())[tkey]["agreement"] == entry["agreement"]

@@ -10,6 +10,7 @@ from localspec.drafting.base import Drafter
 from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
+from localspec.drafting.policy import Choice, DraftPolicy, Kept
 
 
 def _model(cost: CostModel | None, cached: list[int] | None = None) -> DraftModelDrafter:
@@ -330,7 +331,8 @@ def test_the_draft_model_is_loaded_once_the_answer_so_far_would_have_repaid_it()
     from pathlib import Path
 
     model = SimpleNamespace(tokens=[], path="draft.gguf")
-    drafter = DraftModelDrafter(lambda: model, FLAT, path=Path("draft.gguf"), load_seconds=0.3)  # type: ignore[arg-type, return-value]
+    policy = _policy("use", load_estimate=0.3)
+    drafter = DraftModelDrafter(lambda: model, FLAT, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type, return-value]
     planner = Planner([drafter], k=None, cost=FLAT)
     prompt = list(range(100))
     drafter.start(len(prompt))
@@ -348,6 +350,11 @@ Q8_0 = CostModel(
 )
 
 
+def _policy(choice: Choice, *, load_estimate: float = 0.3, agreement: float | None = None) -> DraftPolicy:
+    """A session's policy on a draft model whose verdict is kept (`choice`), its load expected to take so long."""
+    return DraftPolicy("draft", "draft.gguf", choice, Kept(agreement=agreement), 0.2, load_estimate=load_estimate)
+
+
 def _on_demand(load_seconds: float, agreement: float = 1.0) -> tuple[DraftModelDrafter, list[int]]:
     """A draft model loaded at its first draft (the list counts its loads), after a 54-token prompt."""
     from pathlib import Path
@@ -358,13 +365,8 @@ def _on_demand(load_seconds: float, agreement: float = 1.0) -> tuple[DraftModelD
         loads.append(1)
         return SimpleNamespace(tokens=[], path="draft.gguf")
 
-    drafter = DraftModelDrafter(
-        load,  # type: ignore[arg-type]
-        Q8_0,
-        path=Path("draft.gguf"),
-        agreement=agreement,
-        load_seconds=load_seconds,
-    )
+    policy = _policy("use", load_estimate=load_seconds, agreement=agreement)
+    drafter = DraftModelDrafter(load, Q8_0, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type]
     drafter.start(54)
     return drafter, loads
 

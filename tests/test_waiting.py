@@ -14,8 +14,8 @@ from localspec.decoding.engine import Request
 from localspec.decoding.loader import RunConfig, default_threads, draft_drafter, load_engine
 from localspec.drafting.calibration import model_key, save_costs
 from localspec.drafting.costs import CostModel
-from localspec.drafting.decision import DraftDecision
-from localspec.drafting.draft_model import DraftModelDrafter, margin, model_can_win
+from localspec.drafting.draft_model import DraftModelDrafter
+from localspec.drafting.policy import DraftDecision, clear_win, promise
 from localspec.frontends.conversation import Conversation
 from localspec.frontends.doctor import draft_verdict
 
@@ -37,7 +37,7 @@ def _write_costs(
         entry |= {
             "draft": {dkey: draft_token},
             "draft_prefill": {dkey: draft_token / 8},
-            "decisions": {dkey: DraftDecision(uses=model_can_win(cost), margin=margin(cost)).to_json()},
+            "decisions": {dkey: DraftDecision(uses=clear_win(cost), margin=promise(cost)).to_json()},
         }
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "costs.json").write_text(json.dumps({model_key(target, **settings): entry}))
@@ -51,10 +51,10 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, draft_path, CPU_CURVE, draft_token=0.021, ctx=ctx)
     written = (tmp_path / "costs.json").read_text()
-    engine = load_engine(RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0))
+    engine, policy = load_engine(RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0))
     assert json.loads((tmp_path / "costs.json").read_text()).keys() == json.loads(written).keys()  # nothing measured
     assert draft_drafter(engine) is None and [d.name for d in engine.drafters] == ["copier"]
-    assert any("not loaded" in note for note in engine.notes)
+    assert policy is not None and any("not loaded" in note for note in policy.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
     run = engine.generate(Request(tuple(prompt), 16, GREEDY))
     text = "".join(p.text for p in run)
@@ -65,23 +65,26 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
 def test_a_first_run_answers_at_once_and_learns(
     target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A new machine (no costs kept): nothing is measured and no draft model loaded before the answer; the
-    answer's own decodes are the curve the next run starts from; there the draft model, ruled out by its size
-    against this CPU's curve, is not loaded either (nothing is loaded to be measured)."""
+    """A new machine (no costs kept): nothing is measured and no draft model loaded before the answer, which
+    explores it (it is loaded in the answer only for a clear win, priced by the curve the answer measures: on
+    this CPU, with a Q4_K_M target, never); the answer's own decodes are the curve the next run starts from;
+    there the draft model, ruled out by its size against this CPU's curve, is not loaded either."""
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
-    engine = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
-    assert engine.target.n_decoded == 0 and draft_drafter(engine) is None
-    assert any("first run" in note for note in engine.notes)
+    engine, policy = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+    drafter = draft_drafter(engine)
+    assert engine.target.n_decoded == 0 and drafter is not None and drafter.loaded is None
+    assert policy is not None and policy.choice == "explore" and not policy.notes
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
     assert "".join(p.text for p in engine.generate(Request(tuple(prompt), 12, GREEDY)))
-    assert engine.cost is not None and 1 in engine.cost.curve()
-    save_costs(engine.target, None, engine.cost)
+    assert engine.cost is not None and 1 in engine.cost.curve() and drafter.loaded is None
+    save_costs(engine.target, None, engine.cost, policy, seconds=1.0, drafter=drafter)
     learned = json.loads((tmp_path / "costs.json").read_text())
     assert [list(entry["verify"]) for entry in learned.values()] == [[str(n) for n in engine.cost.curve()]]
     del engine
     _write_costs(tmp_path, target_path, None, CPU_CURVE, draft_token=0.0)
-    again = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
-    assert draft_drafter(again) is None and any("by its size" in note for note in again.notes), again.notes
+    again, policy = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+    assert draft_drafter(again) is None and policy is not None
+    assert any("by its size" in note for note in policy.notes), policy.notes
     assert draft_verdict(target_path, draft_path, default_threads()).startswith("not loaded: here it cannot beat")
 
 
@@ -93,10 +96,10 @@ def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     the whole conversation then."""
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, draft_path, GPU_CURVE, draft_token=0.002)
-    engine = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))
+    engine, policy = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))
     drafter = draft_drafter(engine)
-    assert drafter is not None and drafter.loaded is None and not engine.notes
-    drafter.load_seconds = 0.0  # these answers are short: let its load cost nothing, so it drafts from their start
+    assert drafter is not None and drafter.loaded is None and policy is not None and policy.choice == "use"
+    policy.load_estimate = 0.0  # these answers are short: let its load cost nothing, so it drafts from their start
     # First turn with the target alone: the draft model is not even loaded.
     conv = Conversation(LocalSpec(engine, RunConfig(sampler=GREEDY)), max_tokens=40)
     engine.k = 0
@@ -159,18 +162,19 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     store = json.loads((tmp_path / "costs.json").read_text())
     settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": 4096}
     dkey = model_key(draft_path, **settings)
-    next(iter(store.values()))["decisions"] = {dkey: DraftDecision(runs=3, user_seconds=1e4).to_json()}
+    next(iter(store.values()))["decisions"] = {dkey: DraftDecision(runs=3, user_seconds=1e4, margin=0.9).to_json()}
     next(iter(store.values()))["verify"] = {"1": CPU_CURVE[1]}  # only one size learned: the size bound allows a try
     (tmp_path / "costs.json").write_text(json.dumps(store))
     spec = LocalSpec.load(gpu_layers=0, draft_gpu_layers=0)
     drafter = draft_drafter(spec.engine)
     assert drafter is not None and drafter.loaded is None and any("tried" in n for n in spec.notes), spec.notes
-    drafter.min_answer = 0  # a short answer: let its trial draft from its start
+    assert drafter.policy is not None
+    drafter.policy.min_answer = 0  # a short answer: let its trial draft from its start
     prompt = "def add(a, b):\n    return a + b\n\n# add(2, 3) =="
     run = spec.generate(prompt, raw=True, temperature=0, max_tokens=24)
     run.result()
     assert run.stats.drafted_by.get("draft_model", 0) >= 4 and drafter.loaded is not None
-    assert spec.engine.draft_choice is not None and spec.engine.draft_choice.load_seconds > 0
+    assert spec.policy is not None and spec.policy.load_seconds > 0
     alone = LocalSpec.load(gpu_layers=0, no_draft=True)
     want = alone.generate(prompt, raw=True, temperature=0, max_tokens=24)
     want.result()
@@ -179,5 +183,5 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     kept = next(iter(json.loads((tmp_path / "costs.json").read_text()).values()))["decisions"][dkey]
     assert kept["margin"] is not None and kept["last_try"] > 0 and kept["runs"] == 0
     if not kept["uses"]:
-        again = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
+        again, _ = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
         assert draft_drafter(again) is None

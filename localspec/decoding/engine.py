@@ -23,7 +23,6 @@ from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
 from localspec.decoding.planner import NONE, Plan, Planner
 from localspec.drafting.base import Drafter
-from localspec.drafting.calibration import DraftChoice
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull, Model
@@ -81,8 +80,6 @@ class Engine:
         max_draft: int | None = None,
     ) -> None:
         self.target, self.drafters, self.k, self.cost, self.max_draft = target, list(drafters), k, cost, max_draft
-        self.notes: list[str] = []  # one-line remarks for the user (a draft model left out, say)
-        self.draft_choice: DraftChoice | None = None  # what loading chose about a draft model (settled on save)
         self.busy_seconds = 0.0  # spent generating (prefill and decode), all generations
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
@@ -166,6 +163,8 @@ class Run:
         self._pending = self.target.sync(prompt, 1).copy()  # logits for the first new token, as plain decoding has
         st.prefill_tokens = self.target.n_decoded - decoded
         st.prefill_seconds = time.perf_counter() - t0
+        if self.engine.cost is not None and st.prefill_tokens > 1:  # what a batch saves, in the first answer too
+            self.engine.cost.observe_prefill(st.prefill_tokens, st.prefill_seconds)
 
     def __iter__(self) -> Generator[Piece, None, None]:
         if self.started:

@@ -6,16 +6,17 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Engine
 from localspec.drafting.base import REGISTRY, Drafter
-from localspec.drafting.calibration import DraftChoice, decide_draft, model_key, target_costs
+from localspec.drafting.calibration import decide_draft, model_key, target_costs
 from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
+from localspec.drafting.policy import DraftPolicy
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, exact_rows, gpu_offload_supported
 from localspec.models.catalog import default_pair, resolve
@@ -91,63 +92,48 @@ def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
     )
 
 
-def load_engine(cfg: RunConfig) -> Engine:
-    """Models, measured costs (for automatic k) and a seeded engine for cfg.
+def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
+    """Models, costs (for automatic k) and a seeded engine for cfg, with the session's draft-model policy.
 
-    Under automatic k the draft model is used only where its kept decision says so, or for a rare try
-    (calibration.decide_draft: a first run here answers without it), and loaded at its first draft, after
-    the answer's first token; engine.notes says when it was left out, and engine.draft_choice is settled
-    when the costs are saved.
+    Under automatic k the draft model drafts as its policy says (policy.DraftPolicy: named by the user, used by
+    its verdict, explored where it may clearly win, tried within a budget, or skipped) and is loaded at its first
+    draft, after the answer's first token; the policy says why where it was left out, and is settled when the
+    costs are saved.
     """
     target_path, draft_path = cfg.paths()
-    if cfg.draft != "auto":  # a draft the user named is checked at once; the default one before it is loaded
+    named = cfg.draft not in ("auto", *COPIER)
+    if named:  # a draft the user named is checked at once; the default one before it is loaded
         check_pair(target_path, draft_path)
     t0 = time.perf_counter()
     target = _load(cfg, target_path, cfg.gpu_layers)
     loaded_in = time.perf_counter() - t0
     auto = cfg.k is None and not cfg.target_alone
     cost = target_costs(target) if auto else None
-    notes: list[str] = []
     draft: Model | Callable[[], Model] | None = None
-    choice = None
+    policy = None
     if draft_path is not None:
-        check = cfg.draft == "auto"  # the default draft is checked against the target where it is used
         if cost is not None:
             layers = gpu_layers(cfg.draft_gpu_layers)
             key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
-            notes, choice = decide_draft(target, draft_path, key, cost, loaded_in)
-            check = check and choice.choice != "skip"
-        if check:
+            policy = decide_draft(target, draft_path, key, cost, loaded_in, named=named)
+        if policy is None:
             check_pair(target_path, draft_path)
-        if choice is None:
             draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
-        elif choice.choice != "skip":
-            draft = _timed_load(cfg, draft_path, choice)
+        elif policy.choice != "skip":
+            if not named:
+                check_pair(target_path, draft_path)
+            draft = partial(_load, cfg, draft_path, cfg.draft_gpu_layers)
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target,
         draft,
         copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER),
         cost=cost,
-        choice=choice,
+        policy=policy,
         draft_path=draft_path,
     )
     rows = exact_rows(target) if cfg.exact else None
     engine = Engine(target, drafters, 0 if cfg.target_alone else cfg.k, cost=cost, max_draft=rows and rows - 1)
-    engine.notes, engine.draft_choice = notes, choice
-    return engine
-
-
-def _timed_load(cfg: RunConfig, path: Path, choice: DraftChoice) -> Callable[[], Model]:
-    """The draft model's load, deferred to its first draft (after the answer's first token: it delays no
-    first token), its seconds added to what `choice` cost."""
-
-    def load() -> Model:
-        t0 = time.perf_counter()
-        model = _load(cfg, path, cfg.draft_gpu_layers)
-        choice.load_seconds += time.perf_counter() - t0
-        return model
-
-    return load
+    return engine, policy
 
 
 def make_drafters(
@@ -156,24 +142,16 @@ def make_drafters(
     *,
     copier: bool = False,
     cost: CostModel | None = None,
-    choice: DraftChoice | None = None,
+    policy: DraftPolicy | None = None,
     draft_path: Path | None = None,
 ) -> list[Drafter]:
     """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model (or
-    the function that loads it at its first draft, from `draft_path`), starting from what `choice` kept of it
-    (on a "try": drafting a few rounds whatever its price, to be measured)."""
+    the function that loads it at its first draft, from `draft_path`) under the session's `policy`."""
     drafters: list[Drafter] = []
     if copier:
         drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
     if draft is not None:
-        kept: dict[str, Any] = {}  # what earlier runs learned of it
-        if choice is not None:
-            kept = {
-                "trial": choice.choice == "try",
-                "agreement": choice.agreement,
-                "load_seconds": choice.load_estimate,
-            }
-        drafters.append(DraftModelDrafter(draft, cost, path=draft_path, **kept))
+        drafters.append(DraftModelDrafter(draft, cost, policy=policy, path=draft_path))
     return drafters
 
 

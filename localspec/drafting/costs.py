@@ -36,7 +36,11 @@ class CostModel:
     ema: float = 0.3  # weight of a new measurement in the scale (the machine's speed now) ...
     shape_ema: float = 0.05  # ... and in a quiet slowdown of the kept costs (steady hardware: learned slowly)
     scale: float = 1.0
-    draft_guessed: bool = False  # `draft` is a guess (a draft model on trial): its first measurement replaces it
+    prefill: float = 0.0  # seconds per token of the largest prefill this session (logits at one row): 0, none yet
+    _prefill_n: int = field(default=0, repr=False)
+    # a draft model not measured yet (or on a fresh trial) is priced at this many target decodes a draft token (its
+    # size bound) until its first decodes replace the guess; 0: its costs are measured
+    draft_guess: float = 0.0
     _ns: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -44,13 +48,20 @@ class CostModel:
         self.bound()
 
     @property
+    def draft_guessed(self) -> bool:
+        return self.draft_guess > 0
+
+    @property
     def draft_token(self) -> float:
         """Estimated seconds of one draft token now."""
-        return self.scale * self.draft
+        return self.draft_guess * self.verify_cost(1) if self.draft_guessed else self.scale * self.draft
 
     @property
     def draft_prefill_token(self) -> float:
-        """Estimated seconds per token of a draft-model catch-up (a batched prefill) now."""
+        """Estimated seconds per token of a draft-model catch-up (a batched prefill) now: a guessed draft's
+        batches save what the target's own do."""
+        if self.draft_guessed:
+            return self.draft_token * min(self._shape(_FLOOR_BATCH) / _FLOOR_BATCH / self._shape(1), 1.0)
         return self.scale * (self.draft_prefill or self.draft)
 
     @property
@@ -78,12 +89,26 @@ class CostModel:
         i = bisect.bisect_left(ns, n)
         if i == 0:
             return v[ns[0]] * n / ns[0]
-        if i == len(ns):  # beyond the largest measured batch: grow at the last per-token slope, or at half
-            b = ns[-1]  # the per-token cost where that is all that is known (a guess its first use corrects)
-            slope = (v[b] - v[ns[-2]]) / (b - ns[-2]) if len(ns) > 1 else 0.0
-            return v[b] + (n - b) * max(slope, v[b] / b * 0.5)
+        if i == len(ns):  # beyond the largest measured batch: a guess its first use corrects
+            b = ns[-1]
+            return v[b] + (n - b) * self._slope()
         a, b = ns[i - 1], ns[i]
         return v[a] + (v[b] - v[a]) * (n - a) / (b - a)
+
+    def _slope(self) -> float:
+        """The seconds an extra token adds to a batch beyond the largest measured: the last measured slope, or
+        where one size is all that is known, twice what a prefill's token cost (small batches use the machine
+        less well than a prefill), else half the per-token cost; never more than the per-token cost."""
+        ns, v = self._ns, self.verify
+        b = ns[-1]
+        if len(ns) > 1:
+            return max((v[b] - v[ns[-2]]) / (b - ns[-2]), v[b] / b * 0.5)
+        return min(2 * self.prefill, v[b] / b) if self.prefill else v[b] / b * 0.5
+
+    def observe_prefill(self, n: int, seconds: float) -> None:
+        """Note a prefill of n tokens: what a batch costs per token where the curve knows one size only."""
+        if n >= self._prefill_n:
+            self.prefill, self._prefill_n = seconds / n, n
 
     def _learned(self, kept: float, seconds: float, weight: float) -> float:
         """A kept quiet cost after one measurement: down at once toward a faster one, up slowly when quiet."""
@@ -109,16 +134,16 @@ class CostModel:
             self._ns = sorted(self.verify)
         self.bound()
 
-    def guess_draft(self, seconds_per_token: float) -> None:
-        """Price a draft model not measured yet (or on a fresh trial) at a guess its first decodes replace."""
-        self.draft, self.draft_prefill, self.draft_guessed = seconds_per_token, 0.0, True
-        self.bound()
+    def guess_draft(self, decodes: float) -> None:
+        """Price a draft model not measured yet (or on a fresh trial) at `decodes` target decodes a draft token,
+        a guess its first decodes replace."""
+        self.draft, self.draft_prefill, self.draft_guess = 0.0, 0.0, decodes
 
     def observe_draft(self, seconds_per_token: float) -> None:
         """Fold a measured draft token into its kept quiet cost (compared as measured; the first one after a
         guess replaces it, divided by the machine's slowdown now)."""
         if self.draft_guessed or not self.draft:
-            self.draft, self.draft_guessed = seconds_per_token / self.scale, False
+            self.draft, self.draft_guess = seconds_per_token / self.scale, 0.0
         else:
             self.draft = self._learned(self.draft, seconds_per_token, self.shape_ema)
         self.bound()
@@ -156,6 +181,6 @@ def best_k(survival: Sequence[float], cost: CostModel, draft_cost: float) -> tup
 
 def amortized(rate: float, setup: float, horizon: int) -> float:
     """Tokens per second over the next `horizon` tokens when `setup` seconds are paid once first."""
-    if setup <= 0:
-        return rate
-    return horizon / (horizon / rate + setup) if horizon > 0 else 0.0
+    if horizon <= 0:
+        return 0.0
+    return rate if setup <= 0 else horizon / (horizon / rate + setup)

@@ -14,25 +14,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
 from localspec.drafting.base import Drafter
-from localspec.drafting.costs import CostModel, amortized, best_k
+from localspec.drafting.costs import CostModel, best_k
+from localspec.drafting.policy import DRAFT_MAX_K, JUDGED_ROUNDS, TRIAL_K, DraftPolicy, clear_win
 
 if TYPE_CHECKING:
     from localspec.llama.model import Model
 
-PROBE_ALPHA = 0.9  # the acceptance rate a probe hopes for: a good draft on easy text
-# How much faster than the target alone a draft model must promise at PROBE_ALPHA to be loaded at all: its
-# load (a second, and its memory) is paid on every run, and a one-token cost calibrated just after a load
-# reads high. A Q8_0 target on a 2-core EPYC promised 1.15-1.30x and ran the decode at 1.0x (0.93x end to
-# end); where it wins (a Q8_0 or F16 target on an Intel Xeon: 1.75-1.94x decode, a GPU) it promises more.
-WIN_MARGIN = 1.25
-# A draft model on trial (calibration.decide_draft) drafts TRIAL_K tokens in this many rounds where nothing
-# else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
-TRIAL_ROUNDS, TRIAL_K = 4, 4
-# A draft model on trial drafts its rounds only once an answer is this long: a shorter one never pays for its load
-# and catch-up (a short answer on a Q8_0 target ran 0.86x of the target alone when it did).
-MIN_ANSWER = 32
-# Rounds of the draft model's own after which a session's realized speedup judges it (fewer: its costs do).
-JUDGED_ROUNDS = 8
 _CATCH_UP = 16  # the fewest tokens of a catch-up whose time per token is taken for the draft's batched cost
 
 
@@ -94,23 +81,6 @@ class Acceptance:
         return [a**j for j in range(1, k_max + 1)]
 
 
-def margin(cost: CostModel, *, room: int = 16, setup: float = 0.0) -> float:
-    """How far a draft model with these costs clears WIN_MARGIN at PROBE_ALPHA: its promised speedup over the
-    target alone (amortizing `setup` seconds over `room` tokens) divided by WIN_MARGIN; 0 where no k wins."""
-    survival = [PROBE_ALPHA**j for j in range(1, min(room, DraftModelDrafter.max_k) + 1)]
-    k, rate = best_k(survival, cost, cost.draft_token)
-    return amortized(rate, setup, room) * cost.verify_cost(1) / WIN_MARGIN if k else 0.0
-
-
-def model_can_win(cost: CostModel, *, room: int = 16, setup: float = 0.0) -> bool:
-    """Whether a draft model with these costs would beat the target alone by WIN_MARGIN at PROBE_ALPHA.
-
-    On a CPU, where a batch of k tokens costs nearly k single decodes, it never does with a Q4_K target:
-    the draft model is then not worth loading at all.
-    """
-    return margin(cost, room=room, setup=setup) > 1
-
-
 @dataclass
 class Realized:
     """What the draft model's rounds took (`seconds`, its catch-ups included) against what the target alone
@@ -134,12 +104,13 @@ class Realized:
 class DraftModelDrafter(Drafter):
     """Drafts by sampling a small model token by token, keeping each token's distribution q.
 
-    Under automatic k, once loaded, it is re-probed with k = 1 now and then while it loses (backing off), so
-    the choice can switch back when the text gets easier.
+    With a `policy` (policy.DraftPolicy) it is loaded at its first draft, when and if the policy allows, and
+    dropped where the policy says its rounds lose. Under automatic k, once loaded, it is re-probed with k = 1 now
+    and then while it loses (backing off), so the choice can switch back when the text gets easier.
     """
 
     name = "draft_model"
-    max_k: ClassVar[int] = 16
+    max_k: ClassVar[int] = DRAFT_MAX_K
     confident = True
 
     def __init__(
@@ -147,22 +118,19 @@ class DraftModelDrafter(Drafter):
         model: Model | Callable[[], Model],
         cost: CostModel | None = None,
         *,
-        trial: bool = False,
+        policy: DraftPolicy | None = None,
         path: Path | None = None,
-        agreement: float = 1.0,
-        load_seconds: float = 0.0,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """`model`: the draft model, or a function loading it at its first draft (then `path` names its file, and
-        `load_seconds` what that load is expected to take, priced into its first draft). `agreement`: what earlier
-        runs learned of its acceptance against the target's confidence (Acceptance)."""
+        """`model`: the draft model, or a function loading it at its first draft (then `path` names its file).
+        `policy`: what the session chose about it (None: a plain drafter the planner prices). `clock`: the
+        time its rounds are measured by."""
         self._load = model if callable(model) else None
         self.loaded: Model | None = None if callable(model) else model
         self.path = path if path is not None else Path(model.path)  # type: ignore[union-attr]
-        self.cost = cost
-        self.acceptance = Acceptance.prior(agreement)
-        self.load_seconds = load_seconds
-        self.trial_rounds = TRIAL_ROUNDS if trial else 0  # on trial: drafts TRIAL_K this often, to be measured
-        self.min_answer = MIN_ANSWER  # its trial rounds wait for an answer this long
+        self.cost, self.policy, self.clock = cost, policy, clock
+        self.acceptance = Acceptance.prior(policy.agreement if policy is not None else 1.0)
+        self.trial_rounds = policy.trial_rounds if policy is not None else 0  # TRIAL_K each, to be measured
         self.realized = Realized()  # what its rounds took against the target alone's time for their tokens
         self._answer_start = 0  # where the answer began
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
@@ -171,10 +139,13 @@ class DraftModelDrafter(Drafter):
 
     @property
     def model(self) -> Model:
-        """The draft model, loaded now if it was not yet."""
+        """The draft model, loaded now if it was not yet (its seconds told to the policy)."""
         if self.loaded is None:
             assert self._load is not None
+            t0 = self.clock()
             self.loaded = self._load()
+            if self.policy is not None:
+                self.policy.load_seconds += self.clock() - t0
         return self.loaded
 
     def reset(self) -> None:
@@ -185,33 +156,42 @@ class DraftModelDrafter(Drafter):
         self._answer_start = prompt_len
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return self.acceptance.survival(k_max)
+        return [] if self.policy is not None and self.policy.dropped else self.acceptance.survival(k_max)
 
     def horizon(self, ctx: list[int], room: int) -> int:
-        """Not loaded yet: the answer so far, as long as the rest is likely to be (ski rental: it is loaded once
-        it would have saved its load and catch-up on the tokens so far, so a short answer never pays for it and
-        a long one loses at most that); loaded: the room left."""
-        return room if self.loaded is not None else min(room, len(ctx) - self._answer_start)
+        """The tokens its setup is amortized over, as its policy says (0: it may not be loaded now)."""
+        policy, cost = self.policy, self.cost
+        if policy is None:
+            return room
+        horizon = policy.horizon(len(ctx) - self._answer_start, room, self.loaded is not None)
+        if self.loaded is None and cost is not None:
+            setup = self.setup_seconds(ctx, cost)
+            if not policy.may_load(cost, alpha=self.acceptance.alpha, room=horizon, setup=setup):
+                return 0
+        return horizon
 
     def token_seconds(self, cost: CostModel) -> float:
         return cost.draft_token
 
     def setup_seconds(self, ctx: list[int], cost: CostModel) -> float:
-        """Its load where it was not loaded yet, and its catch-up on ctx."""
+        """Its load where it was not loaded yet (as its policy prices it), and its catch-up on ctx."""
         cached = self.loaded.tokens if self.loaded is not None else []
         if cached != ctx[: len(cached)]:
             cached = []  # a different context: llama.cpp keeps the common prefix, the estimate errs high
         behind = len(ctx) - 1 - len(cached)  # the last token is decoded anyway, as part of the first draft
-        load = self.load_seconds if self.loaded is None else 0.0
+        load = self.policy.priced_load() if self.loaded is None and self.policy is not None else 0.0
         return load + max(behind, 0) * cost.draft_prefill_token
 
     def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
-        if self.trial_rounds > 0 and len(ctx) - self._answer_start >= self.min_answer:
+        if self.policy is not None and self.policy.dropped:
+            return 0
+        answer = len(ctx) - self._answer_start
+        if self.trial_rounds > 0 and self.policy is not None and answer >= self.policy.min_answer:
             self.trial_rounds -= 1
             return min(TRIAL_K, room)
         if self.loaded is None:  # a probe never loads it: only a draft its price says wins does
             return 0
-        if self._since < self.probe_every or not model_can_win(cost, room=room, setup=self.setup_seconds(ctx, cost)):
+        if self._since < self.probe_every or not clear_win(cost, room=room, setup=self.setup_seconds(ctx, cost)):
             return 0
         self._probing = True
         return 1
@@ -219,14 +199,14 @@ class DraftModelDrafter(Drafter):
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         out: list[int] = []
         model = self.model  # loaded first, where it was not yet: its load is no part of any timing
-        self._round_start = time.perf_counter()
+        self._round_start = self.clock()
         for _ in range(k):
-            t0, n0 = time.perf_counter(), model.n_decoded
+            t0, n0 = self.clock(), model.n_decoded
             logits = model.sync(ctx + out)[-1]  # catches up on ctx first when behind
             if self.cost is not None and (n := model.n_decoded - n0) == 1:
-                self.cost.observe_draft(time.perf_counter() - t0)
+                self.cost.observe_draft(self.clock() - t0)
             elif self.cost is not None and n >= _CATCH_UP:
-                self.cost.observe_draft_prefill((time.perf_counter() - t0) / n)
+                self.cost.observe_draft_prefill((self.clock() - t0) / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
         return out
 
@@ -238,7 +218,9 @@ class DraftModelDrafter(Drafter):
             self._since += 1
             return
         if self.cost is not None:  # the round's time against the target alone's for the same tokens
-            self.realized.add(time.perf_counter() - self._round_start, (accepted + 1) * self.cost.verify_cost(1))
+            self.realized.add(self.clock() - self._round_start, (accepted + 1) * self.cost.verify_cost(1))
+            if self.policy is not None:
+                self.policy.judge(self.realized)
         if self._probing and self.cost is not None:
             won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_token)[0] > 0
             self.probe_every = 8 if won else min(2 * self.probe_every, 256)

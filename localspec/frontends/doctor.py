@@ -6,16 +6,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.drafting.calibration import (
-    by_size,
-    cached_costs,
-    cannot_win,
-    draft_ratio,
-    kept_decision,
-    model_key,
-    size_reason,
-)
-from localspec.drafting.draft_model import model_can_win
+from localspec.drafting.calibration import cached_costs, file_bound, kept, model_key
+from localspec.drafting.policy import verdict
 from localspec.errors import LocalspecError
 from localspec.llama.model import EXACT_BUILD, Model, gpu_offload_supported, llamafile_built
 
@@ -61,19 +53,9 @@ def _keys(target: Path, draft: Path, threads: int, ctx: int) -> tuple[str, str]:
 
 
 def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
-    """Whether `generate` loads the draft model here, from the costs and the decision it keeps (default settings)."""
+    """What `generate` does with the draft model here, as its policy says (default settings)."""
     keys = _keys(target, draft, threads, ctx)
-    if (learned := cached_costs(keys[0])) is None:
-        return "not decided yet: the first `localspec generate` learns the target's costs, the next decides"
-    decision = kept_decision(*keys)
-    if (cost := cached_costs(*keys)) is None:
-        if not model_can_win(by_size(target, draft, learned)):
-            return cannot_win(size_reason(target, draft))
-        return "not tried yet: a later `localspec generate` drafts with it once, within the budget for tries"
-    if decision.uses:
-        return f"used where it wins ({draft_ratio(cost)}); its cache catches up only when it drafts"
-    tries = f"tried again after {max(decision.wait - decision.runs, 0)} more runs, within the budget for tries"
-    return f"{cannot_win(draft_ratio(cost))}; {tries}"
+    return verdict(kept(*keys), cached_costs(keys[0]), file_bound(target, draft))
 
 
 def learned_curve(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:

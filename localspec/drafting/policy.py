@@ -1,0 +1,349 @@
+"""The draft-model policy, whole: a prior, evidence, a choice, bounded regret.
+
+Whether a draft model drafts here, and when, is decided here and nowhere else:
+
+- **What is kept** per target × draft model (`Kept`, in the cost store beside the target's curve): its measured
+  costs, its agreement with the target, its load's seconds, and its verdict (`DraftDecision`).
+- **The prior** (`promise`): what a draft model may gain before it has drafted here: a draft token at its size
+  bound (`size_bound`), an acceptance of its agreement (kept, else 1) times the target's confidence in this
+  answer, against the target's curve as this answer measures it.
+- **Each session's choice** (`DraftPolicy.decide`): `named` (the user chose it: it drafts from its first
+  answer), `use` (its verdict), `explore` (never measured here and the prior may promise a clear win: it is
+  loaded in this answer where the promise is clear), `try` (a measured loser or a borderline promise, tried
+  rarely, within BUDGET of the user's seconds), or `skip`.
+- **Within an answer** (`DraftPolicy` as DraftModelDrafter asks it): it is loaded once the answer so far would
+  have repaid its load and catch-up (ski rental), an explored one only for a clear win, and one explored or
+  tried is dropped as soon as its realized rounds lose, so its regret is its setup and a few rounds.
+- **Settling** (`DraftPolicy.settle`): the session's realized speedup (its load included), or where too few of
+  its rounds ran the promise of its measured costs, moves the verdict; the seconds lost to an exploration, a
+  try or an ended use count against the budget, and each doubles the wait before the next try.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from localspec.drafting.costs import CostModel, amortized, best_k
+
+if TYPE_CHECKING:
+    from localspec.drafting.draft_model import Realized
+
+PROBE_ALPHA = 0.9  # the acceptance a draft model is judged at where nothing says what the text is like
+# How much faster than the target alone a draft model must promise to be loaded before it has drafted here (a
+# clear win): the prior's costs are bounds and guesses, a one-token cost measured just after a load reads high,
+# and its rounds cost Python time the curve leaves out (docs/benchmarks.md, "The draft model's policy").
+WIN_MARGIN = 1.25
+DRAFT_MAX_K = 16  # the longest draft a draft model makes
+# A draft model on trial (a try, or one the user named) drafts TRIAL_K tokens in this many rounds where nothing
+# else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
+TRIAL_ROUNDS, TRIAL_K = 4, 4
+MIN_ANSWER = 32  # a try's trial waits for an answer this long: a shorter one would not repay its load
+JUDGED_ROUNDS = 8  # its own rounds after which the realized speedup judges a draft model (fewer: its costs do)
+SIZE_MARGIN = 0.75  # a draft token costs at least this share of its file size against the target's, in decodes
+# The verdict's noise band: eight tries with a Q8_0 target gave margins with a range of 0.031
+# (scripts/margin-trace.json); a verdict flips only beyond 1 +- NOISE, over twice that range.
+NOISE = 0.07
+BUDGET = 0.03  # the most of the user's seconds on a pair that its explorations and tries may cost
+FIRST_WAIT = 1  # runs without the draft model before its first try
+MAX_WAIT = 64  # the longest wait between tries (the machine may change: a busy hour ends, a driver improves)
+
+Choice = Literal["named", "use", "explore", "try", "skip"]
+
+
+@dataclass
+class DraftDecision:
+    """The kept verdict of one target on one draft model, with its exploration budget (see the module)."""
+
+    uses: bool = False  # the verdict: the draft model drafts in every run
+    margin: float | None = None  # the learned margin at the last settle (None: never measured here)
+    runs: int = 0  # runs since the draft model was last loaded
+    wait: int = FIRST_WAIT  # runs without it before it is tried again
+    user_seconds: float = 0.0  # the user's seconds on this pair, all runs
+    try_seconds: float = 0.0  # of which explorations, tries and ended uses lost at most this
+    last_try: float | None = None  # what the last try cost: the next one's estimate
+
+    @classmethod
+    def from_json(cls, data: Any) -> DraftDecision:
+        """The kept decision; a missing or damaged one starts afresh (as on a new machine)."""
+        if not isinstance(data, dict):
+            return cls()
+        kept: dict[str, Any] = {}
+        for f in fields(cls):
+            value = data.get(f.name)
+            ok = isinstance(value, bool) if f.name == "uses" else _count(value, whole=f.name in ("runs", "wait"))
+            if ok:
+                kept[f.name] = value
+        return cls(**kept)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def choice(self, estimate: float, *, may_win: bool = True) -> Choice:
+        """This run's: use the draft model, explore it (never measured here, and `may_win` by its prior), try it
+        (a rare exploration within the budget), or skip it. `estimate` is what a try would cost, in seconds,
+        before one was measured; a try starts only where the budget would hold at twice that."""
+        if self.uses:
+            return "use"
+        if self.margin is None and may_win:
+            return "explore"
+        cost = self.last_try if self.last_try is not None else estimate
+        if self.runs >= self.wait and self.try_seconds + 2 * cost <= BUDGET * self.user_seconds:
+            return "try"
+        return "skip"
+
+    def settle(self, choice: Choice, *, margin: float | None, seconds: float, lost: float = 0.0) -> None:
+        """Fold in a finished run: its choice ("skip" where the draft model never loaded), its margin (the
+        realized speedup, or the promise of its measured costs; None where unknown), the user's `seconds`, and
+        what the draft model `lost` against the target alone (its load and its rounds).
+
+        An exploration or a try that keeps it out, like a use that ends, doubles the wait before the next try,
+        so a draft model near the threshold is explored ever more rarely, within the budget."""
+        self.user_seconds += seconds
+        self.runs = 0 if choice != "skip" else self.runs + 1
+        explored = choice in ("explore", "try")
+        if explored:
+            self.try_seconds += lost
+            self.last_try = lost
+        if margin is not None:
+            self.margin = margin
+            if self.uses and margin < 1 - NOISE:
+                self.uses, self.try_seconds = False, self.try_seconds + lost
+                self.wait = min(2 * max(self.wait, FIRST_WAIT), MAX_WAIT)
+            elif not self.uses and margin > 1 + NOISE:
+                self.uses = True
+        if explored and not self.uses:
+            self.wait = min(2 * max(self.wait, FIRST_WAIT), MAX_WAIT)
+
+
+@dataclass
+class Kept:
+    """What is kept of one draft model next to one target: its quiet costs (None: never measured here), its
+    agreement with the target's confidence (draft_model.Acceptance), its load's seconds, and its verdict."""
+
+    decision: DraftDecision = field(default_factory=DraftDecision)
+    draft: float | None = None
+    draft_prefill: float | None = None
+    agreement: float | None = None
+    load: float | None = None
+
+    TABLES: ClassVar[tuple[str, ...]] = ("draft", "draft_prefill", "agreement", "load")
+    STORED: ClassVar[dict[str, str]] = {"load": "draft_load"}  # a table's name in the store where it differs
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any], draft_key: str) -> Kept:
+        """What a target's entry in the cost store keeps of `draft_key` (a damaged value: not kept)."""
+        decisions = entry.get("decisions")
+        kept = cls(DraftDecision.from_json(decisions.get(draft_key) if isinstance(decisions, dict) else None))
+        for name in cls.TABLES:
+            setattr(kept, name, positive(entry.get(cls.STORED.get(name, name)), draft_key))
+        return kept
+
+    def into(self, entry: dict[str, Any], draft_key: str) -> None:
+        """Write what is known into a target's entry of the cost store (a table of the wrong shape starts afresh)."""
+        values: dict[str, Any] = {"decisions": self.decision.to_json()}
+        values |= {self.STORED.get(n, n): getattr(self, n) for n in self.TABLES if getattr(self, n) is not None}
+        for table, value in values.items():
+            if not isinstance(entry.get(table), dict):
+                entry[table] = {}
+            entry[table][draft_key] = value
+
+    @property
+    def measured(self) -> bool:
+        return self.draft is not None
+
+
+def positive(table: Any, key: str) -> float | None:
+    """table[key] where it is a positive finite number (a kept time or ratio); None otherwise."""
+    value = table.get(key) if isinstance(table, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+        return float(value)
+    return None
+
+
+def size_bound(target_bytes: int, draft_bytes: int) -> float:
+    """A draft token's least cost in target decodes, by file size: a decode reads every weight once, and a
+    smaller model uses the machine about as well per byte (hence SIZE_MARGIN)."""
+    return SIZE_MARGIN * draft_bytes / target_bytes
+
+
+def by_size(cost: CostModel, bound: float) -> CostModel:
+    """The best a draft model not measured yet may cost here: a draft token at its size bound (`bound`, in
+    target decodes), and batches larger than any measured no dearer than the largest measured."""
+    curve = cost.curve()
+    curve.setdefault(64, max(curve.values()))
+    return CostModel(curve, draft=bound * cost.verify_cost(1))
+
+
+def promise(cost: CostModel, *, alpha: float = PROBE_ALPHA, room: int = 16, setup: float = 0.0) -> float:
+    """A draft model's promised speedup over the target alone at acceptance `alpha` (amortizing `setup` seconds
+    over `room` tokens), over WIN_MARGIN: above 1 it promises a clear win; 0 where no k wins at all."""
+    survival = [alpha**j for j in range(1, min(room, DRAFT_MAX_K) + 1)]
+    k, rate = best_k(survival, cost, cost.draft_token)
+    return amortized(rate, setup, room) * cost.verify_cost(1) / WIN_MARGIN if k else 0.0
+
+
+def clear_win(cost: CostModel, **at: Any) -> bool:
+    """Whether a draft model with these costs promises to beat the target alone by WIN_MARGIN (`promise`).
+    On a CPU, where a batch of k tokens costs nearly k single decodes, it never does with a Q4_K target."""
+    return promise(cost, **at) > 1
+
+
+def try_estimate(bound: float, cost: CostModel, loaded_in: float) -> float:
+    """What a first try of a draft model may cost here: its load (at most the target's, `loaded_in`) and its
+    trial rounds, each TRIAL_K draft tokens (`bound` target decodes each) and a larger batch than the target
+    alone's (priced by the curve, guessed high where not measured)."""
+    one = cost.verify_cost(1)
+    return loaded_in + TRIAL_ROUNDS * (TRIAL_K * bound * one + cost.verify_cost(TRIAL_K + 1) - one)
+
+
+@dataclass
+class DraftPolicy:
+    """One session's policy on one draft model: its choice, and what each answer asks of it (see the module).
+
+    `bound` is its size bound (target decodes a draft token costs at least); `load_estimate` what its load is
+    expected to take (kept, else the target's load), priced into its first draft; `load_seconds` what its load
+    took, once it loaded."""
+
+    draft_key: str
+    name: str
+    choice: Choice
+    kept: Kept
+    bound: float
+    load_estimate: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    load_seconds: float = 0.0
+    dropped: bool = False  # its realized rounds lost in this session: it drafts no more
+    min_answer: int = MIN_ANSWER  # how long an answer must be before its trial rounds (a named one's: 0)
+
+    @classmethod
+    def decide(
+        cls, draft_key: str, name: str, kept: Kept, cost: CostModel, *, bound: float, loaded_in: float, named: bool
+    ) -> DraftPolicy:
+        """The session's choice (see the module), and what it says to the user. Nothing is measured for it;
+        `cost` is priced at the size bound where the draft model drafts before its costs are measured."""
+        decision, measured = kept.decision, kept.measured and cost.measured
+        if measured:
+            cost.draft, cost.draft_prefill = kept.draft or 0.0, kept.draft_prefill or 0.0
+            cost.bound()
+        may_win = not cost.measured or clear_win(by_size(cost, bound))  # a first run: its answer prices it
+        choice: Choice
+        if named:
+            choice = "named"
+        elif not cost.measured:  # nothing to price a try against: a verdict, or an exploration in the answer
+            choice = "use" if decision.uses else "explore" if decision.margin is None else "skip"
+        else:
+            choice = decision.choice(try_estimate(bound, cost, loaded_in), may_win=may_win)
+        notes = []
+        if choice == "skip":
+            why = (
+                draft_ratio(cost)
+                if measured
+                else f"by its size a draft token costs at least {bound:.2f} target decodes"
+            )
+            notes = [
+                f"draft model {name} {cannot_win(why) if measured or not may_win else 'not loaded: not tried here yet'}"
+            ]
+        elif choice == "try":
+            notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
+        if choice == "try" or (choice != "skip" and not measured):  # priced at its size bound until it drafts
+            cost.guess_draft(bound)
+        load = kept.load or loaded_in
+        start = 0 if named else MIN_ANSWER
+        return cls(draft_key, name, choice, kept, bound, load_estimate=load, notes=notes, min_answer=start)
+
+    # What an answer asks of it (DraftModelDrafter).
+
+    @property
+    def agreement(self) -> float:
+        """Its agreement with the target's confidence to start from: what runs before learned, else 1."""
+        return self.kept.agreement or 1.0
+
+    @property
+    def trial_rounds(self) -> int:
+        """Rounds it drafts TRIAL_K tokens whatever its price, to be measured: a try's, a named one's."""
+        return TRIAL_ROUNDS if self.choice in ("try", "named") else 0
+
+
+    def priced_load(self) -> float:
+        """The seconds of its load priced into its first draft (a named one's are the user's choice)."""
+        return 0.0 if self.choice == "named" or self.load_seconds else self.load_estimate
+
+    def horizon(self, answer: int, room: int, loaded: bool) -> int:
+        """The tokens its setup is amortized over: not loaded yet, the answer so far (ski rental: loaded once it
+        would have repaid its load and catch-up on the tokens so far, so a short answer never pays for it and a
+        long one loses at most that); loaded, or named, the room left."""
+        return room if loaded or self.choice == "named" else min(room, answer)
+
+    def may_load(self, cost: CostModel, *, alpha: float, room: int, setup: float) -> bool:
+        """Whether it may be offered before it is loaded: an exploration only for a clear win at the acceptance
+        this answer predicts, its setup amortized over `room`; never once dropped."""
+        if self.dropped:
+            return False
+        return self.choice != "explore" or clear_win(cost, alpha=alpha, room=room, setup=setup)
+
+    def judge(self, realized: Realized) -> None:
+        """After its own rounds: an explored or tried draft model whose realized rounds lose is dropped."""
+        if self.choice in ("explore", "try") and realized.rounds >= JUDGED_ROUNDS and realized.alone < realized.seconds:
+            self.dropped = True
+
+    # Settling a session.
+
+    def settle(self, cost: CostModel, realized: Realized | None, agreement: float | None, seconds: float) -> Kept:
+        """Fold the finished session into what is kept: the user spent `seconds` on it, the draft model's rounds
+        took what `realized` says against the target alone, its acceptance learned `agreement`. Once only."""
+        kept, loaded = self.kept, self.load_seconds > 0
+        known = cost.draft > 0 and not cost.draft_guessed  # measured here, now or by a run before
+        if known:
+            kept.draft, kept.draft_prefill = cost.draft, cost.draft_prefill
+        speedup = realized.speedup(self.load_seconds) if realized is not None and loaded else None
+        promised = promise(cost) if loaded and known and cost.measured else None  # no evidence unless loaded
+        lost = max(realized.seconds + self.load_seconds - realized.alone, 0.0) if realized and loaded else 0.0
+        kept.decision.settle(
+            self.choice if loaded and self.choice != "named" else "use" if loaded else "skip",
+            margin=speedup if speedup is not None else promised,
+            seconds=seconds,
+            lost=lost,
+        )
+        if agreement is not None and realized is not None and realized.rounds:
+            kept.agreement = agreement
+        if loaded:
+            kept.load = self.load_seconds
+        return kept
+
+
+def draft_ratio(cost: CostModel) -> str:
+    return f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"
+
+
+def cannot_win(why: str) -> str:
+    """What is said of a draft model left out because it cannot win here."""
+    return (
+        f"not loaded: here it cannot beat the target alone by {WIN_MARGIN:.2f}x even at {PROBE_ALPHA:.0%} "
+        f"acceptance ({why})"
+    )
+
+
+def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
+    """What `localspec generate` does with the draft model here, in words (`localspec doctor`)."""
+    if cost is None:
+        return (
+            "not decided yet: the first `localspec generate` learns the target's costs, and explores it if it may win"
+        )
+    decision = kept.decision
+    if not kept.measured:
+        if not clear_win(by_size(cost, bound)):
+            return cannot_win(f"by its size a draft token costs at least {bound:.2f} target decodes")
+        return "not measured yet: the next answer it may clearly win loads it"
+    cost.draft, cost.draft_prefill = kept.draft or 0.0, kept.draft_prefill or 0.0
+    cost.bound()
+    if decision.uses:
+        return f"used where it wins ({draft_ratio(cost)}); its cache catches up only when it drafts"
+    tries = f"tried again after {max(decision.wait - decision.runs, 0)} more runs, within the budget for tries"
+    return f"{cannot_win(draft_ratio(cost))}; {tries}"
+
+
+def _count(value: Any, *, whole: bool) -> bool:
+    """Whether a kept value is a non-negative finite number (an int where `whole`)."""
+    kinds = (int,) if whole else (int, float)
+    return isinstance(value, kinds) and not isinstance(value, bool) and 0 <= value < float("inf")
