@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from localspec import process  # noqa: F401  (first: the process's own clock starts before the heavy imports)
+
 __version__ = "0.1.0"
 __all__ = ["Generation", "LocalSpec", "Piece", "Stats", "__version__"]
 

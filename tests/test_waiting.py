@@ -185,3 +185,22 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     if not kept["uses"]:
         again, _ = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
         assert draft_drafter(again) is None
+
+
+@pytest.mark.slow
+def test_a_named_draft_model_drafts_in_the_first_answer(
+    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draft model the user names is used from the first answer on a new machine (nothing kept): it drafts
+    its trial rounds whatever the CPU's curve says, and the answer is the target alone's."""
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
+    spec = LocalSpec.load(draft=str(draft_path), gpu_layers=0, draft_gpu_layers=0)
+    assert spec.policy is not None and spec.policy.choice == "named" and not spec.notes
+    prompt = "def add(a, b):\n    return a + b\n\n# add(2, 3) =="
+    run = spec.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    run.result()
+    assert run.stats.drafted_by.get("draft_model", 0) >= 4 and spec.draft_path == draft_path
+    alone = LocalSpec.load(gpu_layers=0, no_draft=True)
+    want = alone.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    want.result()
+    assert_same_tokens(alone.engine.target, run.prompt_tokens, run.tokens, want.tokens)

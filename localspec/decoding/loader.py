@@ -17,6 +17,7 @@ from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftPolicy
+from localspec.drafting.probe import BatchProbe
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, exact_rows, gpu_offload_supported
 from localspec.models.catalog import default_pair, resolve
@@ -146,12 +147,15 @@ def make_drafters(
     draft_path: Path | None = None,
 ) -> list[Drafter]:
     """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model (or
-    the function that loads it at its first draft, from `draft_path`) under the session's `policy`."""
+    the function that loads it at its first draft, from `draft_path`) under the session's `policy`, and where
+    that explores it, the probe of a small batch's cost it is priced by."""
     drafters: list[Drafter] = []
     if copier:
         drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
     if draft is not None:
         drafters.append(DraftModelDrafter(draft, cost, policy=policy, path=draft_path))
+        if policy is not None and policy.choice == "explore":
+            drafters.append(BatchProbe(policy))
     return drafters
 
 

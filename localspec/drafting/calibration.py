@@ -165,8 +165,9 @@ def save_costs(
     settled = None
     if policy is not None:  # settled once: the session's figures are the drafter's
         realized = drafter.realized if drafter is not None else None
-        agreement = drafter.acceptance.agreement if drafter is not None else None
-        settled = policy.settle(cost, realized, agreement, seconds)
+        agreement = drafter.acceptance.learned if drafter is not None else None
+        answers = drafter.answer_lengths if drafter is not None else []
+        settled = policy.settle(cost, realized, agreement, seconds, answers)
 
     def change(store: dict[str, Any]) -> None:
         entry = store[_key(target)] = _entry(store, _key(target))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel, best_k
-from localspec.drafting.policy import DRAFT_MAX_K, JUDGED_ROUNDS, TRIAL_K, DraftPolicy, clear_win
+from localspec.drafting.policy import DRAFT_MAX_K, DROP_SPEEDUP, JUDGED_ROUNDS, TRIAL_K, DraftPolicy, clear_win
 
 if TYPE_CHECKING:
     from localspec.llama.model import Model
@@ -44,7 +44,9 @@ class Acceptance:
     weighted: float = PRIOR_WEIGHT  # decayed trials (accepted tokens and rejections), each weighted by confidence
     sure: float = 0.8  # decayed sum of the target's top probability at recent positions (a prior's one included)
     positions: float = 1.0  # decayed count of those positions
-    decay: float = 0.95  # per drafted round
+    decay: float = 0.98  # per drafted round: the agreement is the pair's, the text's changes are the confidence's
+    held: float = 0.0  # this session's accepted draft tokens, all of them ...
+    tried: float = 0.0  # ... and its confidence-weighted trials: what it learned of the agreement, undecayed
 
     @classmethod
     def prior(cls, agreement: float) -> Acceptance:
@@ -54,6 +56,11 @@ class Acceptance:
     @property
     def agreement(self) -> float:
         return self.accepted / self.weighted
+
+    @property
+    def learned(self) -> float | None:
+        """The agreement this session's rounds showed, all of them alike (None: it drafted none)."""
+        return self.held / self.tried if self.tried > 0 else None
 
     @property
     def confidence(self) -> float:
@@ -72,6 +79,7 @@ class Acceptance:
             trials = accepted + (accepted < drafted)
             self.accepted = self.decay * self.accepted + accepted
             self.weighted = self.decay * self.weighted + trials * here
+            self.held, self.tried = self.held + accepted, self.tried + trials * here
         for p in confidence:
             self.sure = CONFIDENCE_DECAY * self.sure + p
             self.positions = CONFIDENCE_DECAY * self.positions + 1
@@ -83,22 +91,30 @@ class Acceptance:
 
 @dataclass
 class Realized:
-    """What the draft model's rounds took (`seconds`, its catch-ups included) against what the target alone
-    would have taken for the same tokens (`alone`: a one-token decode each)."""
+    """What the draft model's rounds took (`seconds`, its catch-ups included: `catch_up` of them) against what
+    the target alone would have taken for the same tokens (`alone`: a one-token decode each)."""
 
     seconds: float = 0.0
     alone: float = 0.0
     rounds: int = 0
+    catch_up: float = 0.0
 
     def add(self, seconds: float, alone: float) -> None:
         self.seconds, self.alone, self.rounds = self.seconds + seconds, self.alone + alone, self.rounds + 1
 
-    def speedup(self, load_seconds: float) -> float | None:
-        """The session's realized speedup of the answer's draft-model rounds, its load included (1.0: even);
-        None before JUDGED_ROUNDS rounds."""
+    def speedup(self) -> float | None:
+        """Its rounds' realized speedup over the target alone for their tokens, once there are JUDGED_ROUNDS of
+        them (None before): what drafting on would give, the catch-ups and the load paid before being sunk (the
+        planner prices those in each answer)."""
         if self.rounds < JUDGED_ROUNDS:
             return None
-        return self.alone / max(self.seconds + load_seconds, 1e-9)
+        return self.alone / max(self.seconds - self.catch_up, 1e-9)
+
+    @property
+    def losing(self) -> bool:
+        """Whether its rounds, judged, lose clearly: below DROP_SPEEDUP of the target alone's speed."""
+        speedup = self.speedup()
+        return speedup is not None and speedup < DROP_SPEEDUP
 
 
 class DraftModelDrafter(Drafter):
@@ -132,7 +148,8 @@ class DraftModelDrafter(Drafter):
         self.acceptance = Acceptance.prior(policy.agreement if policy is not None else 1.0)
         self.trial_rounds = policy.trial_rounds if policy is not None else 0  # TRIAL_K each, to be measured
         self.realized = Realized()  # what its rounds took against the target alone's time for their tokens
-        self._answer_start = 0  # where the answer began
+        self._answer_start, self._answer = 0, 0  # where the answer began, and its tokens so far
+        self.answers: list[int] = []  # the tokens of each answer before
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
         self._probing = False
         self._round_start = 0.0
@@ -153,7 +170,14 @@ class DraftModelDrafter(Drafter):
             self.loaded.reset()
 
     def start(self, prompt_len: int, *, fill: bool = False) -> None:
-        self._answer_start = prompt_len
+        if self._answer:
+            self.answers.append(self._answer)
+        self._answer_start, self._answer = prompt_len, 0
+
+    @property
+    def answer_lengths(self) -> list[int]:
+        """How many tokens each answer it has seen came to, the current one included."""
+        return [*self.answers, self._answer] if self._answer else list(self.answers)
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return [] if self.policy is not None and self.policy.dropped else self.acceptance.survival(k_max)
@@ -164,10 +188,12 @@ class DraftModelDrafter(Drafter):
         if policy is None:
             return room
         horizon = policy.horizon(len(ctx) - self._answer_start, room, self.loaded is not None)
-        if self.loaded is None and cost is not None:
-            setup = self.setup_seconds(ctx, cost)
-            if not policy.may_load(cost, alpha=self.acceptance.alpha, room=horizon, setup=setup):
-                return 0
+        if (
+            self.loaded is None
+            and cost is not None
+            and not policy.may_load(cost, alpha=self.acceptance.alpha, room=horizon)
+        ):
+            return 0
         return horizon
 
     def token_seconds(self, cost: CostModel) -> float:
@@ -203,10 +229,13 @@ class DraftModelDrafter(Drafter):
         for _ in range(k):
             t0, n0 = self.clock(), model.n_decoded
             logits = model.sync(ctx + out)[-1]  # catches up on ctx first when behind
-            if self.cost is not None and (n := model.n_decoded - n0) == 1:
+            n = model.n_decoded - n0
+            if self.cost is not None and n == 1:
                 self.cost.observe_draft(self.clock() - t0)
-            elif self.cost is not None and n >= _CATCH_UP:
-                self.cost.observe_draft_prefill((self.clock() - t0) / n)
+            elif n >= _CATCH_UP:
+                self.realized.catch_up += self.clock() - t0
+                if self.cost is not None:
+                    self.cost.observe_draft_prefill((self.clock() - t0) / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
         return out
 
@@ -214,6 +243,7 @@ class DraftModelDrafter(Drafter):
         self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int, confidence: Sequence[float] = ()
     ) -> None:
         self.acceptance.observe(drafted if by is self else 0, accepted, confidence)
+        self._answer = len(ctx) - self._answer_start
         if by is not self:
             self._since += 1
             return

@@ -21,6 +21,7 @@ Whether a draft model drafts here, and when, is decided here and nowhere else:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -40,7 +41,15 @@ DRAFT_MAX_K = 16  # the longest draft a draft model makes
 TRIAL_ROUNDS, TRIAL_K = 4, 4
 MIN_ANSWER = 32  # a try's trial waits for an answer this long: a shorter one would not repay its load
 JUDGED_ROUNDS = 8  # its own rounds after which the realized speedup judges a draft model (fewer: its costs do)
+# An explored or tried draft model whose judged rounds realize less than this share of the target alone's speed is
+# dropped within the answer: below 1 by the spread of eight rounds' acceptance (a draft whose rounds win 1.25x at an
+# acceptance of 0.6 realizes less than 0.9 in about one answer in twenty).
+DROP_SPEEDUP = 0.9
 SIZE_MARGIN = 0.75  # a draft token costs at least this share of its file size against the target's, in decodes
+FORGET_RUNS = 16  # runs without drafting after which a kept agreement below 1 is back at 1 (see agreement)
+SEEN_TOKENS = 8  # answer tokens whose confidence is seen before a draft model not loaded yet may be
+ANSWER_DECAY = 0.3  # the weight of a new answer's length in the pair's typical length
+MIN_LOAD_SHARE = 0.1  # a draft model never measured here loads in at least this share of the target's load time
 # The verdict's noise band: eight tries with a Q8_0 target gave margins with a range of 0.031
 # (scripts/margin-trace.json); a verdict flips only beyond 1 +- NOISE, over twice that range.
 NOISE = 0.07
@@ -105,8 +114,8 @@ class DraftDecision:
         if explored:
             self.try_seconds += lost
             self.last_try = lost
-        if margin is not None:
-            self.margin = margin
+        if margin is not None:  # evidence accumulates: one answer's luck moves the margin halfway
+            margin = self.margin = margin if self.margin is None else (self.margin + margin) / 2
             if self.uses and margin < 1 - NOISE:
                 self.uses, self.try_seconds = False, self.try_seconds + lost
                 self.wait = min(2 * max(self.wait, FIRST_WAIT), MAX_WAIT)
@@ -126,9 +135,13 @@ class Kept:
     draft_prefill: float | None = None
     agreement: float | None = None
     load: float | None = None
+    answer: float | None = None  # how long this pair's answers are, in tokens (a decayed mean)
 
-    TABLES: ClassVar[tuple[str, ...]] = ("draft", "draft_prefill", "agreement", "load")
-    STORED: ClassVar[dict[str, str]] = {"load": "draft_load"}  # a table's name in the store where it differs
+    TABLES: ClassVar[tuple[str, ...]] = ("draft", "draft_prefill", "agreement", "load", "answer")
+    STORED: ClassVar[dict[str, str]] = {
+        "load": "draft_load",
+        "answer": "answer_tokens",
+    }  # a table's name in the store where it differs
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any], draft_key: str) -> Kept:
@@ -232,8 +245,10 @@ class DraftPolicy:
             choice = "named"
         elif not cost.measured:  # nothing to price a try against: a verdict, or an exploration in the answer
             choice = "use" if decision.uses else "explore" if decision.margin is None else "skip"
+        elif not (measured or may_win):  # never worth a look: not even at its size bound
+            choice = "skip"
         else:
-            choice = decision.choice(try_estimate(bound, cost, loaded_in), may_win=may_win)
+            choice = decision.choice(try_estimate(bound, cost, kept.load or loaded_in), may_win=may_win)
         notes = []
         if choice == "skip":
             why = (
@@ -248,7 +263,7 @@ class DraftPolicy:
             notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
         if choice == "try" or (choice != "skip" and not measured):  # priced at its size bound until it drafts
             cost.guess_draft(bound)
-        load = kept.load or loaded_in
+        load = kept.load or loaded_in * max(bound / SIZE_MARGIN, MIN_LOAD_SHARE)  # a load reads its file
         start = 0 if named else MIN_ANSWER
         return cls(draft_key, name, choice, kept, bound, load_estimate=load, notes=notes, min_answer=start)
 
@@ -256,47 +271,66 @@ class DraftPolicy:
 
     @property
     def agreement(self) -> float:
-        """Its agreement with the target's confidence to start from: what runs before learned, else 1."""
-        return self.kept.agreement or 1.0
+        """Its agreement with the target's confidence to start from: what runs before learned (else 1), drawn back
+        toward 1 the longer it has not drafted, so that an unlucky answer's low estimate is looked at again
+        rather than kept for ever (nothing else would correct it: a draft model that never drafts learns nothing)."""
+        kept = self.kept.agreement or 1.0
+        return kept + (1.0 - kept) * min(self.kept.decision.runs / FORGET_RUNS, 1.0) if kept < 1 else kept
 
     @property
     def trial_rounds(self) -> int:
         """Rounds it drafts TRIAL_K tokens whatever its price, to be measured: a try's, a named one's."""
         return TRIAL_ROUNDS if self.choice in ("try", "named") else 0
 
-
     def priced_load(self) -> float:
         """The seconds of its load priced into its first draft (a named one's are the user's choice)."""
         return 0.0 if self.choice == "named" or self.load_seconds else self.load_estimate
 
     def horizon(self, answer: int, room: int, loaded: bool) -> int:
-        """The tokens its setup is amortized over: not loaded yet, the answer so far (ski rental: loaded once it
-        would have repaid its load and catch-up on the tokens so far, so a short answer never pays for it and a
-        long one loses at most that); loaded, or named, the room left."""
-        return room if loaded or self.choice == "named" else min(room, answer)
+        """The tokens its setup is amortized over: not loaded yet, the rest of the answer as this pair's answers
+        were long before, or at least as long as the answer so far (ski rental: loaded once it would have repaid
+        its load and catch-up on the tokens so far, so a short answer never pays for it and a long one loses at
+        most that), and none before SEEN_TOKENS of the answer have shown how sure the target is of it; loaded,
+        or named, the room left."""
+        if loaded or self.choice == "named":
+            return room
+        if answer < SEEN_TOKENS:  # what the text is like (the target's confidence) is not known yet
+            return 0
+        return min(room, max(answer, round(self.kept.answer or 0) - answer))
 
-    def may_load(self, cost: CostModel, *, alpha: float, room: int, setup: float) -> bool:
-        """Whether it may be offered before it is loaded: an exploration only for a clear win at the acceptance
-        this answer predicts, its setup amortized over `room`; never once dropped."""
+    def may_load(self, cost: CostModel, *, alpha: float, room: int) -> bool:
+        """Whether it may be offered before it is loaded (its setup is then the planner's to amortize): an
+        exploration only where it promises a clear win over `room` tokens at the acceptance this answer
+        predicts; never once dropped."""
         if self.dropped:
             return False
-        return self.choice != "explore" or clear_win(cost, alpha=alpha, room=room, setup=setup)
+        return self.choice != "explore" or clear_win(cost, alpha=alpha, room=room)
 
     def judge(self, realized: Realized) -> None:
         """After its own rounds: an explored or tried draft model whose realized rounds lose is dropped."""
-        if self.choice in ("explore", "try") and realized.rounds >= JUDGED_ROUNDS and realized.alone < realized.seconds:
+        if self.choice in ("explore", "try") and realized.losing:
             self.dropped = True
 
     # Settling a session.
 
-    def settle(self, cost: CostModel, realized: Realized | None, agreement: float | None, seconds: float) -> Kept:
+    def settle(
+        self,
+        cost: CostModel,
+        realized: Realized | None,
+        agreement: float | None,
+        seconds: float,
+        answers: Sequence[int] = (),
+    ) -> Kept:
         """Fold the finished session into what is kept: the user spent `seconds` on it, the draft model's rounds
-        took what `realized` says against the target alone, its acceptance learned `agreement`. Once only."""
+        took what `realized` says against the target alone, its acceptance learned `agreement`, its `answers`
+        were so many tokens long. Once only."""
         kept, loaded = self.kept, self.load_seconds > 0
+        for n in answers:
+            kept.answer = n if kept.answer is None else (1 - ANSWER_DECAY) * kept.answer + ANSWER_DECAY * n
         known = cost.draft > 0 and not cost.draft_guessed  # measured here, now or by a run before
         if known:
             kept.draft, kept.draft_prefill = cost.draft, cost.draft_prefill
-        speedup = realized.speedup(self.load_seconds) if realized is not None and loaded else None
+        speedup = realized.speedup() if realized is not None and loaded else None
         promised = promise(cost) if loaded and known and cost.measured else None  # no evidence unless loaded
         lost = max(realized.seconds + self.load_seconds - realized.alone, 0.0) if realized and loaded else 0.0
         kept.decision.settle(
@@ -305,8 +339,8 @@ class DraftPolicy:
             seconds=seconds,
             lost=lost,
         )
-        if agreement is not None and realized is not None and realized.rounds:
-            kept.agreement = agreement
+        if agreement is not None and realized is not None and realized.rounds:  # evidence accumulates
+            kept.agreement = agreement if kept.agreement is None else (kept.agreement + agreement) / 2
         if loaded:
             kept.load = self.load_seconds
         return kept

@@ -224,7 +224,8 @@ def generate(
     ] = None,
 ) -> None:
     """Complete one prompt, streaming text to stdout and a stats line to stderr."""
-    from localspec.frontends.generate import process_started, run_generate
+    from localspec.frontends.generate import run_generate
+    from localspec.process import started as process_started
 
     started = process_started()
     text = _read_prompt(prompt)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -11,19 +10,6 @@ from typing import Any
 from rich.console import Console
 
 from localspec.api import LocalSpec, RunConfig
-
-
-def process_started() -> float:
-    """The perf_counter() reading when this process started (Linux: from /proc; elsewhere: now).
-
-    What a user waits for starts there: the interpreter's own start and the imports count too."""
-    try:
-        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
-            age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
-        return time.perf_counter() - max(age, 0.0)
-    except (OSError, ValueError, IndexError):
-        return time.perf_counter()
 
 
 def loading(what: str) -> AbstractContextManager[Any]:

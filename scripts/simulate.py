@@ -1,0 +1,360 @@
+"""The draft-model policy simulated on machines this one is not: no model, the real policy, planner and drafter.
+
+    python scripts/simulate.py                    # every profile x text x history, 100 runs each: one table
+    python scripts/simulate.py --runs 30 --profiles gpu,laptop --json out.json
+
+Each simulated run is a whole `localspec generate` process (or a `localspec chat` session): the target's load,
+its prefill, then the speculative loop of localspec.decoding.engine, round by round, with the real Planner,
+DraftModelDrafter and DraftPolicy, whose costs and verdict are kept from run to run as the cost store keeps
+them. What is simulated is the machine and the text: a target decode of n rows costs the profile's curve, a
+draft token and its catch-up the profile's share of a target decode, a load its seconds; each draft token
+holds with the text's acceptance alpha (the target's confidence: alpha, its agreement with the draft: 1),
+drawn with a fixed seed. The same runs are timed with the target alone and with the draft model at each fixed k
+(loaded at its first draft, its load paid), so each run's default is compared with both.
+
+Cost profiles (target decodes are the unit): a 7B target on a consumer GPU (a flat curve to 16 rows), a 3B on
+an Apple laptop (a 2-row decode dearer than a 1-row one: the Metal shape cliff of llama.cpp#4624), the 1.5B
+Q4_K_M on a compute-bound 2-core AMD EPYC (scripts/cost-trace.json), and the 1.5B Q8_0 on a 2-core Intel Xeon
+(a user's kept costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.decoding.planner import Plan, Planner
+from localspec.drafting.costs import CostModel
+from localspec.drafting.draft_model import DraftModelDrafter
+from localspec.drafting.policy import DraftPolicy, Kept
+from localspec.drafting.probe import BatchProbe
+
+GREEDY = SamplerSettings(temperature=0)
+ROUND_OVERHEAD = 0.0015  # seconds of Python per round (sampling, the grammar-free verify, bookkeeping)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A machine and a pair: a target decode of n rows costs `curve[n]` one-token decodes (interpolated; each
+    row beyond the last adds the last step), one-token decode `t1` seconds; a draft token `draft` of those, a
+    draft's catch-up `draft_prefill` per token; the target's prefill `prefill` per token; loads in seconds; the
+    draft's size bound (policy.size_bound of the files)."""
+
+    name: str
+    about: str
+    t1: float
+    curve: dict[int, float]
+    draft: float
+    draft_prefill: float
+    prefill: float
+    target_load: float
+    draft_load: float
+    bound: float
+
+    def verify(self, n: int) -> float:
+        ns = sorted(self.curve)
+        if n in self.curve:
+            return self.t1 * self.curve[n]
+        if n > ns[-1]:
+            step = self.curve[ns[-1]] - self.curve[ns[-2]]
+            return self.t1 * (self.curve[ns[-1]] + (n - ns[-1]) * step / (ns[-1] - ns[-2]))
+        a = max(m for m in ns if m < n)
+        b = min(m for m in ns if m > n)
+        return self.t1 * (self.curve[a] + (self.curve[b] - self.curve[a]) * (n - a) / (b - a))
+
+
+PROFILES = {
+    "gpu": Profile(
+        "gpu",
+        "7B Q4 target on a consumer GPU, 0.5B draft",
+        t1=0.022,
+        curve={1: 1.0, 2: 1.01, 4: 1.02, 8: 1.04, 16: 1.08, 32: 1.3, 64: 1.9},
+        draft=0.08,
+        draft_prefill=0.004,
+        prefill=0.01,
+        target_load=3.0,
+        draft_load=0.5,
+        bound=0.075,
+    ),
+    "laptop": Profile(
+        "laptop",
+        "3B target on an Apple laptop (Metal), 0.5B draft",
+        t1=0.035,
+        curve={1: 1.0, 2: 1.35, 4: 1.38, 8: 1.45, 16: 1.6, 32: 2.0, 64: 2.9},
+        draft=0.12,
+        draft_prefill=0.01,
+        prefill=0.03,
+        target_load=1.5,
+        draft_load=0.3,
+        bound=0.16,
+    ),
+    "epyc": Profile(
+        "epyc",
+        "1.5B Q4_K_M on a compute-bound 2-core AMD EPYC, 0.5B draft",
+        t1=0.0467,
+        curve={1: 1.0, 2: 1.79, 4: 2.66, 8: 6.15, 16: 8.0, 32: 14.0, 64: 26.0},
+        draft=0.51,
+        draft_prefill=0.16,
+        prefill=0.32,
+        target_load=1.0,
+        draft_load=0.35,
+        bound=0.33,
+    ),
+    "xeon-q8": Profile(
+        "xeon-q8",
+        "1.5B Q8_0 on a 2-core Intel Xeon (AMX), 0.5B draft",
+        t1=0.119,
+        curve={1: 1.0, 2: 1.06, 3: 1.24, 4: 1.35, 5: 2.13, 8: 3.03, 16: 3.71},
+        draft=0.32,
+        draft_prefill=0.052,
+        prefill=0.2,
+        target_load=1.2,
+        draft_load=0.4,
+        bound=0.19,
+    ),
+}
+TEXTS = (0.3, 0.6, 0.8, 0.95)  # the draft's per-token acceptance on the text (the target's confidence)
+
+
+@dataclass(frozen=True)
+class History:
+    """Runs of one kind: `turns` answers of `tokens` each per process, after a `prompt`-token question (a chat
+    adds `question` tokens a turn)."""
+
+    name: str
+    tokens: int
+    turns: int = 1
+    prompt: int = 60
+    question: int = 30
+
+
+HISTORIES = {
+    "short": History("short", 64),
+    "long": History("long", 400),
+    "chat": History("chat", 150, turns=5),
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeModel:
+    """A draft model that only keeps time: a one-token decode costs `token` seconds, a batch `batch` a token."""
+
+    def __init__(self, clock: Clock, token: float, batch: float) -> None:
+        self.clock, self.token, self.batch = clock, token, batch
+        self.tokens: list[int] = []
+        self.n_decoded = 0
+        self.decode_seconds = 0.0
+        self._logits = np.zeros((1, 4), np.float32)
+
+    def sync(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        keep = len(self.tokens)
+        if len(tokens) <= keep or tokens[:keep] != self.tokens:  # not an extension: the common prefix
+            keep = next((i for i, (a, b) in enumerate(zip(tokens, self.tokens, strict=False)) if a != b), keep)
+            keep = min(keep, len(tokens) - 1)
+        new = len(tokens) - keep
+        seconds = self.token if new == 1 else new * self.batch
+        self.clock.now += seconds
+        self.decode_seconds += seconds
+        self.tokens = list(tokens)
+        self.n_decoded += new
+        return self._logits
+
+    def trim(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def reset(self) -> None:
+        self.tokens = []
+
+
+@dataclass
+class Store:
+    """What the cost store keeps between runs of one pair: the target's quiet curve and the draft's Kept."""
+
+    curve: dict[int, float] = field(default_factory=dict)
+    kept: Kept = field(default_factory=Kept)
+
+
+def _session(
+    profile: Profile,
+    history: History,
+    alpha: float,
+    rng: np.random.Generator,
+    *,
+    k: int | None,
+    draft: bool,
+    store: Store | None,
+) -> tuple[float, int | None]:
+    """One process: (its seconds, the answer position of the draft model's first draft in its first answer).
+
+    k None with `store`: the default (the policy decides, from and into `store`); k > 0: the draft model at that
+    fixed k; `draft` False: the target alone."""
+    clock = Clock()
+    clock.now = profile.target_load
+    cost = CostModel(dict(store.curve)) if store is not None else None
+    policy = None
+    drafters: list[DraftModelDrafter] = []
+    if draft:
+        model = FakeModel(clock, profile.draft * profile.t1, profile.draft_prefill * profile.t1)
+
+        def load() -> FakeModel:
+            clock.now += profile.draft_load
+            return model
+
+        if store is not None and cost is not None:
+            policy = DraftPolicy.decide(
+                "draft",
+                "draft.gguf",
+                store.kept,
+                cost,
+                bound=profile.bound,
+                loaded_in=profile.target_load,
+                named=False,
+            )
+        if policy is None or policy.choice != "skip":
+            drafters = [DraftModelDrafter(load, cost, policy=policy, path=Path("draft.gguf"), clock=clock)]  # type: ignore[arg-type]
+    probes = [BatchProbe(policy)] if policy is not None and policy.choice == "explore" else []
+    planner = Planner([*drafters, *probes], k=k if draft else 0, cost=cost)
+    sampling = InvariantSampling(0)
+    ctx: list[int] = []
+    first: int | None = None
+    for turn in range(history.turns):
+        new = history.prompt if turn == 0 else history.question
+        ctx += [1] * new
+        for d in drafters:
+            d.start(len(ctx))
+        seconds = new * profile.prefill * profile.t1
+        clock.now += seconds
+        if cost is not None:
+            cost.observe_prefill(new, seconds)
+        ctx.append(2)  # the first token, from the prefill's logits
+        out = 1
+        while out < history.tokens:
+            room = history.tokens - out - 1
+            plan = planner.plan(ctx, room)
+            drafted = plan.drafter.draft(ctx, plan.k, GREEDY, sampling) if plan.drafter else []
+            if drafted and first is None and turn == 0 and plan.drafter in drafters:
+                first = out
+            n = len(drafted) + 1
+            verify = profile.verify(n)
+            clock.now += verify + ROUND_OVERHEAD
+            if cost is not None:
+                cost.observe_verify(n, verify)
+            accepted = 0
+            while accepted < len(drafted) and plan.drafter not in probes and rng.random() < alpha:
+                accepted += 1
+            for d in drafters:
+                d.rewind(len(ctx) + accepted)
+            ctx += [*drafted[:accepted], 3]  # the accepted draft, then the target's own token
+            out += accepted + 1
+            planner.observe(ctx, Plan(plan.drafter, len(drafted)), accepted, [alpha] * (accepted + 1))
+    if store is not None and cost is not None:
+        store.curve = {n: s for n, s in cost.curve().items() if n <= 64}
+        if policy is not None:
+            d = drafters[0] if drafters else None
+            store.kept = policy.settle(
+                cost,
+                d.realized if d else None,
+                d.acceptance.learned if d else None,
+                clock.now,
+                d.answer_lengths if d else (),
+            )
+    return clock.now, first
+
+
+def simulate(profile: Profile, history: History, alpha: float, runs: int, seed: int = 0) -> dict[str, Any]:
+    """`runs` runs of the default against the target alone and each fixed k: the figures of one cell."""
+    store = Store()
+    rng = np.random.default_rng(seed)
+    alone = _session(profile, history, alpha, rng, k=None, draft=False, store=None)[0]
+    fixed = {
+        k: statistics.mean(
+            _session(profile, history, alpha, np.random.default_rng(seed + r), k=k, draft=True, store=None)[0]
+            for r in range(5)
+        )
+        for k in range(1, 9)
+    }
+    best_k = min(fixed, key=lambda k: fixed[k])
+    seconds, firsts = [], []
+    for r in range(runs):
+        s, first = _session(
+            profile, history, alpha, np.random.default_rng(seed + 1000 + r), k=None, draft=True, store=store
+        )
+        seconds.append(s)
+        firsts.append(first)
+    return {
+        "profile": profile.name,
+        "history": history.name,
+        "alpha": alpha,
+        "alone": alone,
+        "best_k": best_k,
+        "best_fixed": fixed[best_k],
+        "wins": fixed[best_k] < alone,  # the draft model at its best fixed k beats the target alone
+        "first_draft": firsts[0],  # in run 1, the answer position it first drafted at
+        "run1": alone / seconds[0],  # run 1's speedup over the target alone
+        "later": statistics.median(fixed[best_k] / s for s in seconds[1:]) if runs > 1 else None,
+        "regret": (sum(seconds) - runs * alone) / (runs * alone),  # seconds lost against the target alone, a share
+        "speedup": runs * alone / sum(seconds),
+        "best_speedup": alone / fixed[best_k],
+        "uses": store.kept.decision.uses,
+    }
+
+
+def table(cells: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| profile | history | alpha | best fixed k (× alone) | first draft in run 1 | run 1 | runs 2+ vs best k (median) | all runs × alone | regret | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        first = "—" if c["first_draft"] is None else f"token {c['first_draft']}"
+        later = "—" if c["later"] is None else f"{c['later']:.2f}×"
+        lines.append(
+            f"| {c['profile']} | {c['history']} | {c['alpha']:.2f} | k={c['best_k']} {c['best_speedup']:.2f}× | "
+            f"{first} | {c['run1']:.2f}× | {later} | {c['speedup']:.2f}× | {max(c['regret'], 0) * 100:.1f}% | "
+            f"{'uses' if c['uses'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def grid(
+    profiles: Sequence[str], histories: Sequence[str], texts: Sequence[float], runs: int, *, each: Callable[..., Any]
+) -> list[dict[str, Any]]:
+    return [each(simulate(PROFILES[p], HISTORIES[h], a, runs)) for p in profiles for h in histories for a in texts]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profiles", default=",".join(PROFILES))
+    parser.add_argument("--histories", default=",".join(HISTORIES))
+    parser.add_argument("--texts", default=",".join(map(str, TEXTS)))
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    cells = grid(
+        args.profiles.split(","),
+        args.histories.split(","),
+        [float(a) for a in args.texts.split(",")],
+        args.runs,
+        each=lambda c: c,
+    )
+    print(table(cells))
+    if args.json:
+        args.json.write_text(json.dumps(cells, indent=1))
+
+
+if __name__ == "__main__":
+    main()
