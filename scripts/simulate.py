@@ -89,7 +89,7 @@ PROFILES = {
         "3B target on an Apple laptop (Metal), 0.5B draft",
         t1=0.035,
         curve={1: 1.0, 2: 1.35, 4: 1.38, 8: 1.45, 16: 1.6, 32: 2.0, 64: 2.9},
-        draft=0.12,
+        draft=0.22,
         draft_prefill=0.01,
         prefill=0.03,
         target_load=1.5,

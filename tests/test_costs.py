@@ -109,7 +109,9 @@ def test_the_recorded_busy_period_keeps_the_decisions_right() -> None:
 
 def test_a_first_run_learns_its_curve_from_its_own_decodes() -> None:
     """No curve yet: nothing is drafted before the first decode is timed; a size no round has used is priced
-    at half a decode per token more than the largest one measured, until a round measures it."""
+    at half a decode per token more than the largest one measured (twice a prefill's per token, where one was
+    seen), until a round measures it; a size beyond the largest measured is then taken as measured, one
+    between measured sizes moves halfway from the interpolation."""
     from localspec.decoding.planner import NONE, Planner
     from localspec.drafting.copier import Copier, LineJoin
 
@@ -120,5 +122,9 @@ def test_a_first_run_learns_its_curve_from_its_own_decodes() -> None:
     cost.observe_verify(1, 0.040)
     assert cost.measured and cost.curve() == {1: 0.040}
     assert cost.verify_cost(5) == pytest.approx(0.040 + 4 * 0.020)
-    cost.observe_verify(4, 0.130)  # a new size: halfway from the guess (0.100) to what was measured
-    assert cost.verify_cost(4) == pytest.approx(0.115, rel=0.05)
+    cost.observe_prefill(60, 0.6)  # 10 ms a token in a prefill: a batch row priced at 20 ms
+    assert cost.verify_cost(5) == pytest.approx(0.040 + 4 * 0.020)
+    cost.observe_verify(4, 0.130)  # beyond the largest measured: the guess (0.100) was no estimate
+    assert cost.verify_cost(4) == pytest.approx(0.130)
+    cost.observe_verify(2, 0.100)  # between measured sizes: halfway from the interpolation (0.070)
+    assert cost.curve()[2] == pytest.approx(0.085, rel=0.05)  # (the scale reads the machine as slower now)

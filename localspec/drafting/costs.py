@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 
 QUIET = 1.15  # a session whose speed is within this factor of the quiet curve may teach the curve a slowdown
 _FLOOR_BATCH = 64  # the batch size whose per-token cost bounds a prefill's
+PROBE_ROWS = 4  # the batch whose cost against one decode says how compute-bound decodes are here (probe.py)
+# How much dearer than its size's share a draft token is per unit of the machine's compute-bound share: fitted to
+# the 0.5B Q4_K_M draft against the 1.5B's Q8_0 on a 2-core AMD EPYC (0.40 of a decode; compute-bound share 0.34)
+# and a 2-core Intel Xeon (0.32; 0.12), and F16 on the EPYC (0.21): docs/benchmarks.md, "The draft model's prior".
+COMPUTE_PENALTY = 1.6
 
 
 @dataclass
@@ -38,8 +43,8 @@ class CostModel:
     scale: float = 1.0
     prefill: float = 0.0  # seconds per token of the largest prefill this session (logits at one row): 0, none yet
     _prefill_n: int = field(default=0, repr=False)
-    # a draft model not measured yet (or on a fresh trial) is priced at this many target decodes a draft token (its
-    # size bound) until its first decodes replace the guess; 0: its costs are measured
+    # a draft model not measured yet (or on a fresh trial) is priced by its file's size against the target's (this
+    # share) until its first decodes replace the guess (`draft_token`); 0: its costs are measured
     draft_guess: float = 0.0
     _ns: list[int] = field(default_factory=list, repr=False)
 
@@ -53,8 +58,15 @@ class CostModel:
 
     @property
     def draft_token(self) -> float:
-        """Estimated seconds of one draft token now."""
-        return self.draft_guess * self.verify_cost(1) if self.draft_guessed else self.scale * self.draft
+        """Estimated seconds of one draft token now. A guessed one costs its size's share of a target decode
+        where decodes are memory-bound (a decode reads every weight once), and more the more compute-bound the
+        target's batches show the machine to be (a smaller model uses the cores less well): COMPUTE_PENALTY
+        times the compute-bound share of a decode, the extra cost of a batch row over a whole decode."""
+        if not self.draft_guessed:
+            return self.scale * self.draft
+        rows = PROBE_ROWS
+        share = min(max((self.verify_cost(rows) / self.verify_cost(1) - 1) / (rows - 1), 0.0), 1.0)
+        return self.draft_guess * (1 + COMPUTE_PENALTY * share) * self.verify_cost(1)
 
     @property
     def draft_prefill_token(self) -> float:
@@ -120,8 +132,8 @@ class CostModel:
         """Fold a measured decode into the scale (the speed now) and the kept quiet cost of its size.
 
         One measurement counts as at most twice the estimate (a decode stalled by a burst of load); a new
-        size starts halfway between the interpolated (or guessed) and the measured cost; a guessed one (beyond
-        the largest measured) leaves the scale alone.
+        size between measured ones starts halfway between the interpolated and the measured cost; one beyond
+        the largest measured (where the estimate is a guess) is taken as measured, and leaves the scale alone.
         """
         if not self.verify:  # the first decode measured
             self.verify[n], self._ns = seconds, [n]
@@ -129,15 +141,18 @@ class CostModel:
         if n < self._ns[-1] or n in self.verify:  # measured or between measured sizes: the difference is the
             ratio = min(max(seconds / self.verify_cost(n), 0.5), 2.0)  # machine's speed now (beyond: the guess's)
             self.scale = max(self.scale * ratio**self.ema, 1.0)  # never faster than quiet: that is the curve's
-        self.verify[n] = self._learned(self._shape(n), seconds, self.shape_ema if n in self.verify else 0.5)
+        if n > self._ns[-1]:
+            self.verify[n] = seconds / self.scale
+        else:
+            self.verify[n] = self._learned(self._shape(n), seconds, self.shape_ema if n in self.verify else 0.5)
         if len(self._ns) != len(self.verify):
             self._ns = sorted(self.verify)
         self.bound()
 
-    def guess_draft(self, decodes: float) -> None:
-        """Price a draft model not measured yet (or on a fresh trial) at `decodes` target decodes a draft token,
-        a guess its first decodes replace."""
-        self.draft, self.draft_prefill, self.draft_guess = 0.0, 0.0, decodes
+    def guess_draft(self, size_ratio: float) -> None:
+        """Price a draft model not measured yet (or on a fresh trial) by its file's size against the target's
+        (`draft_token`), a guess its first decodes replace."""
+        self.draft, self.draft_prefill, self.draft_guess = 0.0, 0.0, size_ratio
 
     def observe_draft(self, seconds_per_token: float) -> None:
         """Fold a measured draft token into its kept quiet cost (compared as measured; the first one after a

@@ -202,12 +202,12 @@ def clear_win(cost: CostModel, **at: Any) -> bool:
     return promise(cost, **at) > 1
 
 
-def try_estimate(bound: float, cost: CostModel, loaded_in: float) -> float:
-    """What a first try of a draft model may cost here: its load (at most the target's, `loaded_in`) and its
+def try_estimate(bound: float, cost: CostModel, load: float) -> float:
+    """What a first try of a draft model may cost here: its `load` (kept, else at most the target's) and its
     trial rounds, each TRIAL_K draft tokens (`bound` target decodes each) and a larger batch than the target
     alone's (priced by the curve, guessed high where not measured)."""
     one = cost.verify_cost(1)
-    return loaded_in + TRIAL_ROUNDS * (TRIAL_K * bound * one + cost.verify_cost(TRIAL_K + 1) - one)
+    return load + TRIAL_ROUNDS * (TRIAL_K * bound * one + cost.verify_cost(TRIAL_K + 1) - one)
 
 
 @dataclass
@@ -215,8 +215,8 @@ class DraftPolicy:
     """One session's policy on one draft model: its choice, and what each answer asks of it (see the module).
 
     `bound` is its size bound (target decodes a draft token costs at least); `load_estimate` what its load is
-    expected to take (kept, else the target's load), priced into its first draft; `load_seconds` what its load
-    took, once it loaded."""
+    expected to take (kept, else the target's load time scaled by the files' sizes), priced into its first
+    draft; `load_seconds` what its load took, once it loaded."""
 
     draft_key: str
     name: str
@@ -256,13 +256,12 @@ class DraftPolicy:
                 if measured
                 else f"by its size a draft token costs at least {bound:.2f} target decodes"
             )
-            notes = [
-                f"draft model {name} {cannot_win(why) if measured or not may_win else 'not loaded: not tried here yet'}"
-            ]
+            said = cannot_win(why) if measured or not may_win else "not loaded: not tried here yet"
+            notes = [f"draft model {name} {said}"]
         elif choice == "try":
             notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
-        if choice == "try" or (choice != "skip" and not measured):  # priced at its size bound until it drafts
-            cost.guess_draft(bound)
+        if choice == "try" or (choice != "skip" and not measured):  # priced by its size until it drafts
+            cost.guess_draft(bound / SIZE_MARGIN)
         load = kept.load or loaded_in * max(bound / SIZE_MARGIN, MIN_LOAD_SHARE)  # a load reads its file
         start = 0 if named else MIN_ANSWER
         return cls(draft_key, name, choice, kept, bound, load_estimate=load, notes=notes, min_answer=start)

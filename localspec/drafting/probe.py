@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Drafter
-from localspec.drafting.costs import CostModel
+from localspec.drafting.costs import PROBE_ROWS, CostModel
 from localspec.drafting.policy import DraftPolicy
 
-PROBE_ROWS = 4  # the batch measured: the sizes a draft model's rounds use on a CPU (2-5 rows)
 SMALL = range(2, 9)  # a curve that knows one of these batch sizes needs no probe
 
 

@@ -1,0 +1,68 @@
+"""A new user's first runs: the default from a fresh cost cache, run after run, against --no-draft and fixed k.
+
+    python scripts/first_runs.py --target models/qwen2.5-coder-1.5b-instruct-q8_0.gguf --runs 4
+
+Run i of the default uses the cache runs 1..i-1 taught (a new machine, then a user's history); each is paired
+with a --no-draft process (the order alternating, so a machine whose speed drifts slows both alike), and the
+best of `--k 2/3/4` with the draft model is timed `--fixed-pairs` times beside --no-draft. Prints one row per run:
+its seconds, its ratio to its --no-draft pair, whether the draft model loaded, and the best fixed k's ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from pairs import fresh_cache, run
+
+PROMPT = "Write a Python class PriorityQueue with push, pop and peek methods, using heapq."
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("-n", "--max-tokens", type=int, default=160)
+    parser.add_argument("--fixed-pairs", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    common = ["--target", args.target, "--temperature", "0"]
+    cache = fresh_cache()
+    rows: list[dict[str, Any]] = []
+    for i in range(args.runs):
+        ways = [("default", common, cache), ("alone", [*common, "--no-draft"], None)]
+        timed = {
+            name: run(flags, args.prompt, args.max_tokens, 1, where) for name, flags, where in ways[:: 1 - 2 * (i % 2)]
+        }
+        row = {"run": i + 1, **timed, "ratio": timed["alone"]["wall"] / timed["default"]["wall"]}
+        rows.append(row)
+        print(
+            f"run {i + 1}: default {timed['default']['wall']:.2f} s, --no-draft {timed['alone']['wall']:.2f} s: "
+            f"{row['ratio']:.3f}x (draft model {'loaded' if timed['default']['draft_loaded'] else 'not loaded'})",
+            flush=True,
+        )
+    fixed: dict[int, float] = {}
+    for k in (2, 3, 4):
+        ratios = []
+        for p in range(args.fixed_pairs):
+            ways = [("k", [*common, "--k", str(k)]), ("alone", [*common, "--no-draft"])]
+            timed = {
+                name: run(flags, args.prompt, args.max_tokens, 1, fresh_cache())
+                for name, flags in ways[:: 1 - 2 * (p % 2)]
+            }
+            ratios.append(timed["alone"]["wall"] / timed["k"]["wall"])
+        fixed[k] = statistics.median(ratios)
+        print(f"--k {k}: {fixed[k]:.3f}x of --no-draft", flush=True)
+    best = max(fixed.values())
+    later = statistics.median(r["ratio"] for r in rows[1:]) if len(rows) > 1 else None
+    print(f"run 1: {rows[0]['ratio']:.3f}x; runs 2+: median {later and f'{later:.3f}'}x; best fixed k: {best:.3f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": rows, "fixed": fixed}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
