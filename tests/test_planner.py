@@ -352,7 +352,7 @@ Q8_0 = CostModel(
 
 def _policy(choice: Choice, *, load_estimate: float = 0.3, agreement: float | None = None) -> DraftPolicy:
     """A session's policy on a draft model whose verdict is kept (`choice`), its load expected to take so long."""
-    return DraftPolicy("draft", "draft.gguf", choice, Kept(agreement=agreement), 0.2, load_estimate=load_estimate)
+    return DraftPolicy("draft", "draft.gguf", choice, Kept(agreement=agreement, load=load_estimate), 0.2)
 
 
 def _on_demand(load_seconds: float, agreement: float = 1.0) -> tuple[DraftModelDrafter, list[int]]:

@@ -99,7 +99,7 @@ def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     engine, policy = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))
     drafter = draft_drafter(engine)
     assert drafter is not None and drafter.loaded is None and policy is not None and policy.choice == "use"
-    policy.load_estimate = 0.0  # these answers are short: let its load cost nothing, so it drafts from their start
+    policy.kept.load = 0.0  # these answers are short: let its load cost nothing, so it drafts from their start
     # First turn with the target alone: the draft model is not even loaded.
     conv = Conversation(LocalSpec(engine, RunConfig(sampler=GREEDY)), max_tokens=40)
     engine.k = 0

@@ -64,9 +64,18 @@ class CostModel:
         times the compute-bound share of a decode, the extra cost of a batch row over a whole decode."""
         if not self.draft_guessed:
             return self.scale * self.draft
-        rows = PROBE_ROWS
-        share = min(max((self.verify_cost(rows) / self.verify_cost(1) - 1) / (rows - 1), 0.0), 1.0)
-        return self.draft_guess * (1 + COMPUTE_PENALTY * share) * self.verify_cost(1)
+        return self.draft_guess * (1 + COMPUTE_PENALTY * self.compute_share()) * self.verify_cost(1)
+
+    def compute_share(self) -> float:
+        """How compute-bound the target's decodes are here, 0-1: what a batch row adds, over a whole decode (0:
+        a batch costs one decode, as on a GPU; 1: each row costs a decode, as on a CPU with a small model). A
+        first step that stays flat after (the Metal backend's dearer 2-row shape) is no compute: where 2 rows
+        are measured, the rows after them count."""
+        top, one = self._shape(PROBE_ROWS), self._shape(1)
+        added = (top - one) / (PROBE_ROWS - 1)
+        if 2 in self.verify:
+            added = min(added, (top - self.verify[2]) / (PROBE_ROWS - 2))
+        return min(max(added / one, 0.0), 1.0)
 
     @property
     def draft_prefill_token(self) -> float:

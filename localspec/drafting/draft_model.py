@@ -205,7 +205,7 @@ class DraftModelDrafter(Drafter):
         if cached != ctx[: len(cached)]:
             cached = []  # a different context: llama.cpp keeps the common prefix, the estimate errs high
         behind = len(ctx) - 1 - len(cached)  # the last token is decoded anyway, as part of the first draft
-        load = self.policy.priced_load() if self.loaded is None and self.policy is not None else 0.0
+        load = self.policy.priced_load(cost) if self.loaded is None and self.policy is not None else 0.0
         return load + max(behind, 0) * cost.draft_prefill_token
 
     def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:

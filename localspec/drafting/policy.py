@@ -49,7 +49,10 @@ SIZE_MARGIN = 0.75  # a draft token costs at least this share of its file size a
 FORGET_RUNS = 16  # runs without drafting after which a kept agreement below 1 is back at 1 (see agreement)
 SEEN_TOKENS = 8  # answer tokens whose confidence is seen before a draft model not loaded yet may be
 ANSWER_DECAY = 0.3  # the weight of a new answer's length in the pair's typical length
-MIN_LOAD_SHARE = 0.1  # a draft model never measured here loads in at least this share of the target's load time
+# From a compute-bound share of a decode of CPU_SHARE on, a draft model's first load is priced at CPU_LOAD times the
+# target's: on a 2-core AMD EPYC the 0.5B draft loaded in 1.8-3.0 s in the middle of answers of the 1.5B Q8_0 and
+# F16 targets, loaded themselves in about 1.3 s (0.6-0.9 s on its own; docs/benchmarks.md).
+CPU_SHARE, CPU_LOAD = 0.25, 2.0
 # The verdict's noise band: eight tries with a Q8_0 target gave margins with a range of 0.031
 # (scripts/margin-trace.json); a verdict flips only beyond 1 +- NOISE, over twice that range.
 NOISE = 0.07
@@ -202,6 +205,15 @@ def clear_win(cost: CostModel, **at: Any) -> bool:
     return promise(cost, **at) > 1
 
 
+def load_estimate(cost: CostModel, size_ratio: float, loaded_in: float) -> float:
+    """What a draft model's first load here may take, the target's having taken `loaded_in`: its file's share of
+    that where decodes are memory-bound (a load is a copy), up to CPU_LOAD times it as they are compute-bound (a
+    load in the middle of an answer, beside the target on a CPU, is slower than on its own)."""
+    if not cost.measured:
+        return CPU_LOAD * loaded_in
+    return loaded_in * (size_ratio + (CPU_LOAD - size_ratio) * min(cost.compute_share() / CPU_SHARE, 1.0))
+
+
 def try_estimate(bound: float, cost: CostModel, load: float) -> float:
     """What a first try of a draft model may cost here: its `load` (kept, else at most the target's) and its
     trial rounds, each TRIAL_K draft tokens (`bound` target decodes each) and a larger batch than the target
@@ -214,16 +226,16 @@ def try_estimate(bound: float, cost: CostModel, load: float) -> float:
 class DraftPolicy:
     """One session's policy on one draft model: its choice, and what each answer asks of it (see the module).
 
-    `bound` is its size bound (target decodes a draft token costs at least); `load_estimate` what its load is
-    expected to take (kept, else the target's load time scaled by the files' sizes), priced into its first
-    draft; `load_seconds` what its load took, once it loaded."""
+    `bound` is its size bound (target decodes a draft token costs at least); `target_load` the seconds the
+    target's load took here (what its first load is estimated from, where none was measured: `priced_load`);
+    `load_seconds` what its load took, once it loaded."""
 
     draft_key: str
     name: str
     choice: Choice
     kept: Kept
     bound: float
-    load_estimate: float = 0.0
+    target_load: float = 0.0
     notes: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
     dropped: bool = False  # its realized rounds lost in this session: it drafts no more
@@ -248,7 +260,8 @@ class DraftPolicy:
         elif not (measured or may_win):  # never worth a look: not even at its size bound
             choice = "skip"
         else:
-            choice = decision.choice(try_estimate(bound, cost, kept.load or loaded_in), may_win=may_win)
+            load = kept.load if kept.load is not None else load_estimate(cost, bound / SIZE_MARGIN, loaded_in)
+            choice = decision.choice(try_estimate(bound, cost, load), may_win=may_win)
         notes = []
         if choice == "skip":
             why = (
@@ -262,9 +275,8 @@ class DraftPolicy:
             notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
         if choice == "try" or (choice != "skip" and not measured):  # priced by its size until it drafts
             cost.guess_draft(bound / SIZE_MARGIN)
-        load = kept.load or loaded_in * max(bound / SIZE_MARGIN, MIN_LOAD_SHARE)  # a load reads its file
         start = 0 if named else MIN_ANSWER
-        return cls(draft_key, name, choice, kept, bound, load_estimate=load, notes=notes, min_answer=start)
+        return cls(draft_key, name, choice, kept, bound, target_load=loaded_in, notes=notes, min_answer=start)
 
     # What an answer asks of it (DraftModelDrafter).
 
@@ -281,9 +293,15 @@ class DraftPolicy:
         """Rounds it drafts TRIAL_K tokens whatever its price, to be measured: a try's, a named one's."""
         return TRIAL_ROUNDS if self.choice in ("try", "named") else 0
 
-    def priced_load(self) -> float:
-        """The seconds of its load priced into its first draft (a named one's are the user's choice)."""
-        return 0.0 if self.choice == "named" or self.load_seconds else self.load_estimate
+    def priced_load(self, cost: CostModel) -> float:
+        """The seconds of its load priced into its first draft: what its last load took here, else an estimate
+        from the target's (`load_estimate`, as this answer's curve says how compute-bound the machine is); none
+        once loaded, or for a named one (the user's choice)."""
+        if self.choice == "named" or self.load_seconds:
+            return 0.0
+        if self.kept.load is not None:
+            return self.kept.load
+        return load_estimate(cost, self.bound / SIZE_MARGIN, self.target_load)
 
     def horizon(self, answer: int, room: int, loaded: bool) -> int:
         """The tokens its setup is amortized over: not loaded yet, the rest of the answer as this pair's answers

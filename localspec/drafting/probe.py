@@ -2,9 +2,11 @@
 
 Whether a draft model can win turns on what verifying a few tokens at once costs against one: on a GPU about
 the same, on a CPU nearly as much as decoding them one by one, and a prefill (hundreds of tokens, logits at one
-row) says little of it. Where the kept curve knows no small batch, this drafter proposes the last token again,
-PROBE_ROWS - 1 times, once: the target's verification keeps a guessed token only where it is the target's own,
-so the text is unchanged, and the batch's time teaches the curve (about one extra decode, once per machine).
+row) says little of it. Where the kept curve does not know them, this drafter proposes the last token again so
+that a batch of 2 rows and one of PROBE_ROWS are verified, once each: the target's verification keeps a guessed
+token only where it is the target's own, so the text is unchanged, and the batches' times teach the curve
+(about one extra decode, once per machine) and tell a compute-bound machine from the Metal backend's dearer
+2-row shape (CostModel.compute_share).
 """
 
 from __future__ import annotations
@@ -12,29 +14,35 @@ from __future__ import annotations
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import PROBE_ROWS, CostModel
-from localspec.drafting.policy import DraftPolicy
-
-SMALL = range(2, 9)  # a curve that knows one of these batch sizes needs no probe
+from localspec.drafting.policy import SEEN_TOKENS, DraftPolicy
 
 
 class BatchProbe(Drafter):
-    """Measures one small batch where a draft model is explored and the curve knows none (see the module)."""
+    """Measures two small batches where a draft model is explored and the curve lacks them (see the module)."""
 
     name = "batch_probe"
 
     def __init__(self, policy: DraftPolicy) -> None:
         self.policy = policy
-        self.done = False
+        self.done: set[int] = set()  # the batch sizes it measured
+        self._answer_start = 0
 
     def survival(self, ctx: list[int], k_max: int) -> list[float]:
         return []
 
+    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+        self._answer_start = prompt_len
+
     def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
         wanted = self.policy.choice == "explore" and not self.policy.dropped and 1 in cost.verify
-        if self.done or not wanted or room < PROBE_ROWS - 1 or any(n in cost.verify for n in SMALL):
+        # after the answer's first tokens: the first decodes after a load run slow, and the text is seen by then
+        if not wanted or room < PROBE_ROWS - 1 or len(ctx) - self._answer_start < SEEN_TOKENS:
             return 0
-        self.done = True
-        return PROBE_ROWS - 1
+        for rows in (2, PROBE_ROWS):  # the smaller first: each is then beyond the largest measured, taken as is
+            if rows not in cost.verify and rows not in self.done:
+                self.done.add(rows)
+                return rows - 1
+        return 0
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         return ctx[-1:] * k
