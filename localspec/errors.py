@@ -1,4 +1,4 @@
-"""The one exception type the CLI turns into a one-line message and exit code 2."""
+"""The exceptions the CLI turns into a one-line message and exit code 2 (and the server into a 4xx)."""
 
 
 class LocalspecError(Exception):

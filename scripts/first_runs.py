@@ -7,6 +7,8 @@ in the page cache first); each is paired
 with a --no-draft process (the order alternating, so a machine whose speed drifts slows both alike), and the
 best of `--k 2/3/4` with the draft model is timed `--fixed-pairs` times beside --no-draft. Prints one row per run:
 its seconds, its ratio to its --no-draft pair, whether the draft model loaded, and the best fixed k's ratio.
+`--also FLAGS` times a third way in each run, with a fresh cache of its own (`--also "--draft copier"`: the
+default without a draft model).
 """
 
 from __future__ import annotations
@@ -29,18 +31,26 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("-n", "--max-tokens", type=int, default=160)
     parser.add_argument("--fixed-pairs", type=int, default=1)
+    parser.add_argument(
+        "--also", default="", help="a third way's flags, in its own fresh cache (e.g. '--draft copier')"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     common = ["--target", args.target, "--temperature", "0"]
-    cache = fresh_cache()
+    cache, also_cache = fresh_cache(), fresh_cache()
     run([*common, "--no-draft"], args.prompt, 8, 1)  # the model files into the page cache: no run pays a cold read
     rows: list[dict[str, Any]] = []
     for i in range(args.runs):
         ways = [("default", common, cache), ("alone", [*common, "--no-draft"], None)]
+        if args.also:
+            ways.append(("also", [*common, *args.also.split()], also_cache))
         timed = {
             name: run(flags, args.prompt, args.max_tokens, 1, where) for name, flags, where in ways[:: 1 - 2 * (i % 2)]
         }
         row = {"run": i + 1, **timed, "ratio": timed["alone"]["wall"] / timed["default"]["wall"]}
+        if args.also:
+            row["also_ratio"] = timed["alone"]["wall"] / timed["also"]["wall"]
+            print(f"run {i + 1}: {args.also}: {row['also_ratio']:.3f}x", flush=True)
         rows.append(row)
         print(
             f"run {i + 1}: default {timed['default']['wall']:.2f} s, --no-draft {timed['alone']['wall']:.2f} s: "

@@ -1,10 +1,10 @@
 """One prepared GPU run: localspec's cost curve, draft-model verdict and predicted speedups on a CUDA device.
 
-The device machine has no network and the models do not travel, so the run is prepared here:
+A GPU machine may have no network, and the model files are large to copy, so the run is prepared here:
 
     python scripts/gpu_check.py prepare          # gpu-bundle/: trimmed llama.cpp sources, model headers, wheels
 
-then one device command (the device tool, `carry: ["gpu-bundle"]`, about 8 minutes):
+then one command on the GPU machine, with gpu-bundle/ copied beside the checkout (about 8 minutes):
 
     bash scripts/gpu-check                       # build with CUDA for this GPU only, then `run`
 

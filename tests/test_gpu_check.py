@@ -54,7 +54,7 @@ def test_the_replay_takes_a_given_curve(tmp_path: Path) -> None:
 
 def test_the_table_has_every_figure() -> None:
     result = {
-        "device": "NVIDIA H200, 143771 MiB, 9.0",
+        "device": "NVIDIA GPU, 81559 MiB, 9.0",
         "backends": ["CUDA", "CPU"],
         "verify_ms": {n: s * 1e3 for n, s in GPU_CURVE.items()},
         "draft_token": 0.55,

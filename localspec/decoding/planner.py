@@ -24,9 +24,8 @@ class Plan:
 
 NONE = Plan(None, 0)
 # A draft must promise this much more speed than the target alone: its estimates are noisy and its
-# rounds cost Python time the curve leaves out, so a break-even gamble loses on average. Replayed on
-# the bench's recorded answers (scripts/replay.py), it stops the losses on chats (0.97-0.99x -> 0.99-1.00x)
-# and costs nothing on copies.
+# rounds cost Python time the curve leaves out, so a break-even gamble loses on average (docs/benchmarks.md,
+# "The planner's and the copier's constants").
 MARGIN = 1.05
 
 

@@ -26,7 +26,7 @@ from localspec.drafting.base import Drafter
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
 # The answer repeating its own text is drafted only once the match is this long: in prose, shorter echoes
-# ("can lead to", a list number) break at once (replay: chat-2 0.97 -> 0.99x, nothing else changes).
+# ("can lead to", a list number) break at once (docs/benchmarks.md, "The planner's and the copier's constants").
 _MIN_ECHO = 6
 # Prior counts of copied tokens by run length, against one break in each bucket: a copy that has held
 # for long tends to go on. Row 0: copies from the input (the prompt, earlier turns), which the output

@@ -483,7 +483,7 @@ def bench_command(
         twin, d = load_models(cfg)  # the clock every run is timed against
         cost = load_costs(twin, d)
         del d
-    runs = len(rows) * (repeat * len(chosen) + (not lookup))
+    runs = len(rows) * (repeat * len(chosen) + int(lookup))  # the prompt-lookup reference: one run a prompt
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)
         result = run_bench(

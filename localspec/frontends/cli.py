@@ -1,4 +1,4 @@
-"""The `localspec` command line (typer): generate, chat, bench and models."""
+"""The `localspec` command line (typer): generate, chat, serve, bench, models and doctor."""
 
 from __future__ import annotations
 

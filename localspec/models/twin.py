@@ -1,7 +1,7 @@
 """Random-weight twins of GGUF models: the same header (shapes, types, vocabulary, chat template), random data.
 
 A decode's cost does not depend on the weights' values, so a twin measures a machine's cost curve as the real
-model would, where the real file cannot go (a device machine with no network). Only the header travels
+model would, where the real file cannot go (a machine with no network). Only the header travels
 (`header_of`: about 5 MB for a 151,936-token vocabulary); `write_twin` fills in the data.
 """
 

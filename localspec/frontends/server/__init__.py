@@ -10,8 +10,10 @@ disconnects mid-stream stops its generation at the next round and the next reque
 A request that shares a prefix with the cached context (the next turn of a chat, the same system
 prompt) decodes only what is new: the target's cache keeps the longest common prefix.
 
-The package: errors (OpenAI's error shape), schemas (request bodies), worker (the queue and the llama
-thread), responses (chunk, answer and usage shapes) and app (the routes and the service behind them).
+The package: errors (OpenAI's error shape), schemas (request bodies), guard (hosts, keys, body limits,
+admission), http (the connection's header timeout), worker (the queue, the llama thread, the bounded buffer
+between a generation and its client), responses (chunk, answer and usage shapes), service (a request turned
+into a generation), app (the routes) and run (uvicorn with its limits).
 """
 
 from localspec.frontends.server.app import create_app
