@@ -158,15 +158,19 @@ def test_clear_system_color_and_history(conv: Conversation, tmp_path: Path) -> N
     assert DRAFT_COLOR not in out and conv.system == "Be terse." and conv.messages == []
 
 
-def test_context_overflow_drops_oldest_turns(draft_path: Path) -> None:
+def test_context_overflow_leaves_the_oldest_turns_out_of_the_window(draft_path: Path, tmp_path: Path) -> None:
+    """Past the context, the model is shown the newest turns that fit; the conversation and its file keep all."""
     small = Model(draft_path, n_ctx=256)
     conv = _conv(small, [], 0, system="Be brief.", max_tokens=16)
     filler = "Please remember this sentence about apples and oranges. " * 6
-    out = drive(conv, "".join(f"{filler} Turn {i}: say ok.\r" for i in range(4)) + "/exit\r")
-    assert "context full: dropped the" in out
-    assert conv.system == "Be brief." and conv.messages[0]["role"] == "user"
-    assert "Turn 0" not in conv.messages[0]["content"]
-    assert len(conv._rendered(conv.messages)) <= 256
+    autosave = tmp_path / "chat.json"
+    out = drive(conv, "".join(f"{filler} Turn {i}: say ok.\r" for i in range(4)) + "/exit\r", autosave=autosave)
+    assert "left out of what the model sees" in out
+    assert conv.system == "Be brief." and conv.window[0]["role"] == "user"
+    assert "Turn 0" not in conv.window[0]["content"] and "Turn 0" in conv.messages[0]["content"]
+    assert len(conv._rendered(conv.window)) <= 256
+    saved = [m["content"] for m in json.loads(autosave.read_text())["messages"] if m["role"] == "user"]
+    assert len(saved) == 4 and "Turn 0" in saved[0]
 
 
 def test_a_message_too_long_for_the_context_is_refused_and_every_turn_kept(draft_path: Path, tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def _conversation() -> SimpleNamespace:
         ("/color maybe", "error: usage"),
         ("/save", "error: usage"),
         ("/load", "error: usage"),
-        ("/load /nonexistent/x.json", "error: cannot read"),
+        ("/load /nonexistent/x.json", "error: no one saved conversation"),
         ("/system", "error: usage"),
         ("/schema", "error: usage"),
         ("/schema /nonexistent/s.json", "error: cannot read"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -171,13 +172,49 @@ def test_generate_flags_never_traceback(target_path, draft_path, flags: dict[str
 
 
 def test_chat_autosave_and_resume(target_path, draft_path, tmp_path: Path) -> None:
+    """Each chat saves to a file of its own; --resume continues the newest, --resume NAME the one named, and
+    keeps saving to it."""
     env = {"LOCALSPEC_DATA_DIR": str(tmp_path)}
     first = run_cli("chat", "--temperature", "0", "-n", "8", input=b"Say the word apple.\n", env=env)
-    saved = tmp_path / "last-chat.json"
-    assert first.returncode == 0 and saved.exists(), first.stderr
+    assert first.returncode == 0, first.stderr
+    (saved,) = (tmp_path / "conversations").glob("*.json")
     assert json.loads(saved.read_text())["messages"][0]["content"] == "Say the word apple."
-    again = run_cli("chat", "--resume", "-n", "4", input=b"/stats\n", env=env)
+    other = run_cli("chat", "--temperature", "0", "-n", "4", input=b"Say the word pear.\n", env=env)
+    assert other.returncode == 0 and len(list((tmp_path / "conversations").glob("*.json"))) == 2, other.stderr
+    again = run_cli("chat", "--resume", saved.stem, "-n", "4", input=b"Say the word plum.\n", env=env)
     assert again.returncode == 0 and "resumed 2 messages" in again.stderr, again.stderr
+    assert len(json.loads(saved.read_text())["messages"]) == 4  # the same file, two turns longer
+    newest = run_cli("chat", "--resume", "-n", "4", input=b"/stats\n", env=env)
+    assert newest.returncode == 0 and f"from {saved}" in newest.stderr, newest.stderr
+
+
+def test_a_chat_stopped_by_a_signal_keeps_the_conversation_and_the_costs(
+    target_path, draft_path, tmp_path: Path
+) -> None:
+    """SIGTERM (a stopped service) or SIGHUP (a closed terminal) after a turn: the chat leaves as Ctrl-D does,
+    saving the conversation and what it learned of the machine's costs."""
+    env = {**os.environ, "LOCALSPEC_DATA_DIR": str(tmp_path / "data"), "LOCALSPEC_CACHE_DIR": str(tmp_path / "cache")}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        shutil.rmtree(tmp_path, ignore_errors=True)
+        chat = subprocess.Popen(
+            [sys.executable, "-m", "localspec", "chat", "--temperature", "0", "-n", "6"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        assert chat.stdin is not None
+        chat.stdin.write(b"Say the word apple.\n")
+        chat.stdin.flush()
+        folder = tmp_path / "data" / "conversations"
+        deadline = time.monotonic() + 300
+        while not list(folder.glob("*.json")) and chat.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the turn's autosave is the event waited for
+        chat.send_signal(sig)
+        assert chat.wait(60) == 128 + sig, chat.stderr.read() if chat.stderr else ""
+        (saved,) = folder.glob("*.json")
+        assert json.loads(saved.read_text())["messages"][0]["content"] == "Say the word apple."
+        assert json.loads((tmp_path / "cache" / "costs.json").read_text())
 
 
 def test_resume_without_saved_chat(tmp_path: Path, target_path, draft_path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,10 +18,11 @@ from prompt_toolkit.key_binding import KeyBindings
 
 from localspec.api import SamplerSettings
 from localspec.errors import LocalspecError
-from localspec.frontends.conversation import Conversation
+from localspec.frontends.conversation import Conversation, find_session, saved_sessions
 from localspec.settings import CHAT_SETTABLE, SETTINGS
 
 DRAFT_COLOR, RESET = "\x1b[36m", "\x1b[0m"
+MAX_HISTORY = 1000  # lines of input history kept
 KEYS_HELP = "keys: Enter sends · Alt+Enter or Esc Enter adds a newline · Ctrl-C stops a reply or clears the line"
 
 
@@ -88,7 +90,7 @@ class Repl:
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         if history is not None:
-            history.parent.mkdir(parents=True, exist_ok=True)
+            private_history(history)
         self.session: PromptSession = PromptSession(
             history=FileHistory(str(history)) if history else InMemoryHistory(),
             completer=NestedCompleter.from_nested_dict({c.name: c.completes for c in COMMANDS.values()}),
@@ -166,6 +168,23 @@ class Repl:
         COMMANDS[name].run(self, arg.strip())
 
 
+def private_history(path: Path, keep: int = MAX_HISTORY) -> None:
+    """Make the input history file the user's alone (0600) and keep only its last `keep` entries
+    (prompt_toolkit's format: each entry a "# time" line, then its "+" lines)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_APPEND, 0o600))
+    os.chmod(path, 0o600)
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith("# ")]
+    if len(starts) > keep:
+        cut = starts[-keep]
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(["\n", *lines[cut:]])
+        os.replace(tmp, path)
+
+
 def _bad(message: str) -> NoReturn:
     raise LocalspecError(message)
 
@@ -240,7 +259,30 @@ def _conversation_file(action: str, done: str) -> Callable[[Repl, str], None]:
 
 
 command("/save", "FILE", "save the conversation as JSON")(_conversation_file("save", "saved"))
-command("/load", "FILE", "load a saved conversation (and prefill it)")(_conversation_file("load", "loaded"))
+
+
+@command("/load", "FILE|NAME", "load a saved conversation, a file or a session's name (and prefill it)")
+def _load(repl: Repl, arg: str) -> None:
+    if not arg:
+        _bad("usage: /load FILE|NAME")
+    path = find_session(arg)
+    repl.conv.load(path)
+    repl._say(f"loaded {path} ({len(repl.conv.messages)} messages)")
+
+
+@command("/sessions", "", "the saved conversations, newest first (/load NAME or chat --resume NAME continues one)")
+def _sessions(repl: Repl, arg: str) -> None:
+    sessions = saved_sessions()
+    if not sessions:
+        repl._say("no saved conversations yet")
+    for path in sessions[:20]:
+        try:
+            messages = json.loads(path.read_text(encoding="utf-8"))["messages"]
+            first = next((str(m["content"]) for m in messages if m.get("role") == "user"), "")
+            about = f"{len(messages)} messages · {' '.join(first.split())[:60]}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            about = "not a saved conversation"
+        repl._say(f"  {path.stem}  {about}")
 
 
 def _read(path: str) -> str:

@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ import typer
 
 from localspec.api import RunConfig, run_config, structure_grammar
 from localspec.errors import LocalspecError
+from localspec.frontends.conversation import LATEST
 from localspec.frontends.models import models_app
 from localspec.settings import SETTINGS, default
 
@@ -261,31 +263,51 @@ def chat(
     max_tokens: MaxTokens = 1024,
     system: System = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the last conversation (saved after every turn).")
-    ] = False,
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="[NAME]",
+            help="Continue a saved conversation: the newest, or NAME (/sessions lists them). Each chat saves "
+            "its own after every turn.",
+        ),
+    ] = None,
 ) -> None:
     """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
     from localspec.api import LocalSpec
     from localspec.frontends.chat import Repl
-    from localspec.frontends.conversation import Conversation
+    from localspec.frontends.conversation import Conversation, find_session, new_session, sessions_dir
     from localspec.frontends.generate import loading
     from localspec.paths import data_dir
 
-    autosave = data_dir() / "last-chat.json"
-    if resume and not autosave.exists():  # before the models load: nothing to wait for
-        raise LocalspecError(f"no saved conversation to resume ({autosave} does not exist)")
+    source = find_session(resume) if resume is not None else None  # before the models load: nothing to wait for
+    autosave = source if source is not None and source.parent == sessions_dir() else new_session()
     with loading("loading models…"):
         spec = LocalSpec.from_config(cfg)
     for note in spec.notes:
         print(f"localspec: {note}", file=sys.stderr)
     conv = Conversation(spec, system=system, max_tokens=max_tokens)
-    if resume:
-        conv.load(autosave)
-        print(f"resumed {len(conv.messages)} messages from {autosave}", file=sys.stderr)
+    if source is not None:
+        conv.load(source)
+        print(f"resumed {len(conv.messages)} messages from {source}", file=sys.stderr)
     else:
         conv.prefill()
-    Repl(conv, history=data_dir() / "history", autosave=autosave).run()
-    spec.save_costs()
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):  # a closed terminal, a stopped service
+        if sig is not None:
+            signal.signal(sig, _stopped)
+    try:
+        Repl(conv, history=data_dir() / "history", autosave=autosave).run()
+    finally:  # however it ends, the conversation and what was learned of the machine are kept
+        if conv.messages:
+            try:
+                conv.save(autosave)
+            except LocalspecError as e:
+                print(f"localspec: {e}", file=sys.stderr)
+        spec.save_costs()
+
+
+def _stopped(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP in a chat: leave as Ctrl-D does, saving first."""
+    raise SystemExit(128 + signum)
 
 
 @app.command()
@@ -465,6 +487,17 @@ def config_show() -> None:
         print(f"{key:17} {value!s:40} {source}")
 
 
+def _resume_alone(args: list[str]) -> list[str]:
+    """`chat --resume` with no NAME after it (at the end, or before another option) means the newest."""
+    if not args or args[0] != "chat":
+        return args
+    return [
+        a
+        for i, arg in enumerate(args)
+        for a in ([arg, LATEST] if arg == "--resume" and (i + 1 == len(args) or args[i + 1].startswith("-")) else [arg])
+    ]
+
+
 def main() -> None:
     """Entry point: one-line errors with exit 2, 130 on Ctrl-C, quiet on a closed pipe."""
     from localspec.config import default_map, load_config
@@ -478,7 +511,8 @@ def main() -> None:
                 raise
             print(f"localspec: warning: {e}; its settings are not used", file=sys.stderr)
             defaults = {}
-        code = command.main(prog_name="localspec", standalone_mode=False, default_map=defaults)
+        args = _resume_alone(sys.argv[1:])
+        code = command.main(args, prog_name="localspec", standalone_mode=False, default_map=defaults)
     except typer.Abort:
         code = 130
     except typer.TyperException as e:  # usage errors, bad parameter values (typer's own click)

@@ -1,14 +1,16 @@
 """A chat conversation on the public API: turns, the cache kept across turns, context overflow, save and load.
 
-Each reply is a `LocalSpec.generate` of the whole conversation so far; the target's cache keeps the longest
-common prefix, so a turn decodes only its new message, and an assistant reply is fed back as the tokens it
-was sampled as.
+Each reply is a `LocalSpec.generate` of the conversation so far; the target's cache keeps the longest common
+prefix, so a turn decodes only its new message, and an assistant reply is fed back as the tokens it was sampled
+as. A conversation longer than the context keeps every turn: only what the model is shown (its window, from a
+user turn to the end) leaves the oldest out.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +20,42 @@ from filelock import Timeout
 from localspec.api import Generation, LocalSpec, Message, Piece, SamplerSettings, Stats
 from localspec.errors import LocalspecError
 from localspec.files import locked, write_json
+from localspec.paths import data_dir
 
 SAVE_VERSION = 1
+LATEST = "latest"  # `--resume` alone: the newest saved conversation
+
+
+def sessions_dir() -> Path:
+    """Where each chat saves its conversation, a file of its own."""
+    return data_dir() / "conversations"
+
+
+def new_session() -> Path:
+    """A new chat's own file, named by its start and a random tag: two chats never share one."""
+    return sessions_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}.json"
+
+
+def saved_sessions() -> list[Path]:
+    """The saved conversations, newest first (with the one file earlier versions kept, last-chat.json)."""
+    files = [*sessions_dir().glob("*.json"), *[p for p in [data_dir() / "last-chat.json"] if p.is_file()]]
+    return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def find_session(name: str) -> Path:
+    """The saved conversation `name` means: LATEST (the newest), a file, or the start of a session's name."""
+    sessions = saved_sessions()
+    if name == LATEST:
+        if not sessions:
+            raise LocalspecError(f"no saved conversation to resume (none in {sessions_dir()})")
+        return sessions[0]
+    if (path := Path(name).expanduser()).is_file():
+        return path
+    matches = [p for p in sessions if p.stem.startswith(name)]
+    if len(matches) != 1:
+        why = f"{len(matches)} match it" if matches else f"/sessions lists them; they are in {sessions_dir()}"
+        raise LocalspecError(f"no one saved conversation named {name!r} ({why})")
+    return matches[0]
 
 
 @dataclass
@@ -39,6 +75,7 @@ class Conversation:
     replies: int = 0
     notices: list[str] = field(default_factory=list)  # one-line messages for the user (e.g. turns dropped)
     last: Stats | None = None  # the last reply's figures
+    start: int = 0  # the first message the model is shown (older ones stay in the conversation, not in the window)
 
     def __post_init__(self) -> None:
         if self.sampler is None:
@@ -50,35 +87,46 @@ class Conversation:
         return self.spec.tokens(messages, system=self.system)
 
     def _fit(self, user: Message) -> list[Message]:
-        """The messages of the next reply's prompt, dropping the oldest turns when it would not fit with room
-        to answer.
-
-        A message that cannot fit even alone is refused (LocalspecError) before any turn is dropped. When it
-        must drop, it drops down to half the context, so the re-decoding of the kept turns (their cache
-        positions shift) happens once every few turns rather than at every turn.
-        """
+        """The messages of the next reply's prompt: the window, and `user`. A message that cannot fit even alone
+        is refused (LocalspecError), the conversation as it was."""
         n_ctx = self.spec.n_ctx
-        room = min(self.max_tokens, n_ctx // 2)
-        needed = len(self._rendered([*self.messages, user]))
-        if needed + room <= n_ctx:  # it fits as it is: one rendering, the common case
-            return [*self.messages, user]
-        alone = len(self._rendered([user])) if self.messages else needed
+        window = [*self.window, user]
+        if len(self._rendered(window)) + self._room <= n_ctx:  # it fits as it is: one rendering, the common case
+            return window
+        alone = len(self._rendered([user]))
         if alone >= n_ctx:
             raise LocalspecError(
                 f"this message needs {alone} tokens and the context holds {n_ctx} ({alone - n_ctx + 1} too many); "
                 "the conversation is kept as it was"
             )
-        dropped, limit = 0, n_ctx
-        while len(self._rendered([*self.messages, user])) + room > limit and self.messages:
+        return [*self._slide([user]), user]
+
+    @property
+    def _room(self) -> int:
+        return min(self.max_tokens, self.spec.n_ctx // 2)
+
+    @property
+    def window(self) -> list[Message]:
+        """The messages the model is shown: the conversation from `start` on."""
+        return self.messages[self.start :]
+
+    def _slide(self, after: list[Message]) -> list[Message]:
+        """Move the window's start past the oldest turns until it and `after` fit with room to answer, and say
+        so; once it must move, it moves down to half the context, so the re-decoding of the turns it keeps
+        (their cache positions shift) happens once every few turns rather than at every turn."""
+        n_ctx, left = self.spec.n_ctx, 0
+        limit = n_ctx
+        while self.window and len(self._rendered([*self.window, *after])) + self._room > limit:
             limit = n_ctx // 2
-            cut = next((i for i, m in enumerate(self.messages[1:], 1) if m["role"] == "user"), len(self.messages))
-            del self.messages[:cut]
-            dropped += 1
-        if dropped:
+            window = self.window
+            self.start += next((i for i, m in enumerate(window[1:], 1) if m["role"] == "user"), len(window))
+            left += 1
+        if left:
             self.notices.append(
-                f"context full: dropped the {dropped} oldest turn{'s' * (dropped > 1)} (the system prompt stays)"
+                f"context full: the {left} oldest turn{'s are' if left > 1 else ' is'} left out of what the model "
+                "sees (the conversation and its file keep every turn; the system prompt stays)"
             )
-        return [*self.messages, user]
+        return self.window
 
     def reply(self, text: str) -> Generator[Piece, None, None]:
         """Fit the prompt (notices say what was dropped), then stream the assistant's reply to `text`.
@@ -118,13 +166,14 @@ class Conversation:
     def clear(self) -> None:
         """A new conversation: no messages, empty caches."""
         self.messages.clear()
+        self.start = 0
         self.spec.reset()
 
     def prefill(self) -> None:
-        """Decode the conversation so far into the target's cache (after /load or /system); a longer one than
-        the context is cut to fit at the next reply. A draft model catches up only when it next drafts."""
+        """Decode the conversation so far into the target's cache (after /load or /system), as much of it as the
+        model will be shown with room to answer. A draft model catches up only when it next drafts."""
         if self.messages or self.system:
-            self.spec.prefill(self.messages, system=self.system)
+            self.spec.prefill(self._slide([]), system=self.system)
 
     def to_json(self) -> dict:
         return {
@@ -155,5 +204,5 @@ class Conversation:
             raise LocalspecError(f"{path} is not a saved localspec conversation") from None
         if any(m["role"] not in ("user", "assistant") for m in messages):
             raise LocalspecError(f"{path}: messages must be from 'user' or 'assistant'")
-        self.system, self.messages = (str(system) if system else None), messages
+        self.system, self.messages, self.start = (str(system) if system else None), messages, 0
         self.prefill()
