@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Callable
 
@@ -32,8 +33,14 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
-        body = self.body()
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+        return AsciiJSON(self.body(), status_code=self.status, headers=self.headers)
+
+
+class AsciiJSON(JSONResponse):
+    """JSON escaped to ASCII: an error that quotes what a client sent answers whatever it sent."""
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode()
 
 
 class BodyRefused(HTTPException):
@@ -57,7 +64,7 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         err = e.errors()[0] if e.errors() else {}
         loc = [str(part) for part in err.get("loc", ()) if part != "body"]
-        if err.get("type") == "json_invalid" or (not loc and err.get("type") != "missing"):
+        if err.get("type") == "json_invalid" or (not loc and err.get("type") not in ("missing", "value_error")):
             error = ApiError(400, "the request body is not valid JSON", code="invalid_json")
         else:
             param = ".".join(loc) or None

@@ -50,6 +50,14 @@ def allowed_hosts(
     return hosts, warning
 
 
+def origin_host(origin: str) -> str | None:
+    """The host name of an Origin header (None where it is no URL: a web page the server does not know)."""
+    try:
+        return host_name(urlsplit(origin).netloc)
+    except ValueError:
+        return None
+
+
 def key_matches(authorization: str, api_key: str) -> bool:
     """An `Authorization: Bearer KEY` header (the scheme in any case), compared in constant time."""
     scheme, _, token = authorization.strip().partition(" ")
@@ -78,11 +86,7 @@ class Guard:
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
             return ApiError(403, "this server does not answer to that Host name (see --allow-host)", code="bad_host")
         origin = headers.get("origin")
-        if (
-            origin
-            and origin not in self.origins
-            and (self.hosts is None or host_name(urlsplit(origin).netloc) not in self.hosts)
-        ):
+        if origin and origin not in self.origins and (self.hosts is None or origin_host(origin) not in self.hosts):
             return ApiError(
                 403, f"requests from the web page at {origin} are not allowed (see --cors)", code="bad_origin"
             )
@@ -123,14 +127,16 @@ class Guard:
             self.say(f"localspec: {scope['method']} {scope['path']} {error.status} {error.code}")
             return await _send_error(send, error)
         seen, whole, started = 0, False, False
+        deadline = asyncio.get_running_loop().time() + self.body_seconds  # for the whole body, not each piece
 
         async def counted() -> dict[str, Any]:
             nonlocal seen, whole
             if whole:  # the body is read: what comes now is the disconnect, whenever it comes
                 return dict(await receive())
             try:
-                message = dict(await asyncio.wait_for(receive(), self.body_seconds))
-            except TimeoutError:
+                left = max(deadline - asyncio.get_running_loop().time(), 0.0)
+                message = dict(await asyncio.wait_for(receive(), left))
+            except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11 on, two before
                 raise BodyRefused(self._too_slow()) from None
             seen += len(message.get("body", b""))
             whole = message["type"] != "http.request" or not message.get("more_body", False)

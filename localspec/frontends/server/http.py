@@ -1,12 +1,18 @@
-"""The HTTP/1.1 connection (uvicorn's h11 protocol) with the one timeout uvicorn lacks: a request's headers
-must arrive within `header_seconds` of the connection (or of the previous response), so sockets that send
-half a header, or nothing, do not stay open forever; and a bounded send buffer, so a client that stops
-reading is felt at once. Bodies are timed by the guard, idle keep-alive
-connections by uvicorn, clients that stop reading by the worker."""
+"""The HTTP/1.1 connection (uvicorn's h11 protocol) with the timeouts uvicorn lacks, so that nothing a client
+does (or does not do) holds a connection for ever:
+
+- a request's headers must arrive within `seconds` of the connection (or of the previous response), so
+  sockets that send half a header, or nothing, are closed;
+- a bounded send buffer, so a client that stops reading is felt at once, and a connection whose client reads
+  nothing for `seconds` while a response waits to be sent is aborted (its generation is released);
+- at most `max_connections` connections: a request on one more is answered 503 in OpenAI's shape.
+
+Bodies are timed by the guard, idle keep-alive connections by uvicorn, slow readers by the worker."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from typing import Any
 
@@ -18,17 +24,21 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 SEND_BUFFER = 64 * 1024
 
 
-def timed_protocol(header_seconds: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol closing a connection whose next request's headers are late."""
+def timed_protocol(seconds: float, max_connections: int | None = None) -> type[H11Protocol]:
+    """uvicorn's h11 protocol closing a connection whose next request's headers are late, aborting one whose
+    client reads nothing, and refusing requests beyond `max_connections` connections."""
 
     class TimedH11(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _send_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             sock = transport.get_extra_info("socket")
             if sock is not None:  # a client that stops reading is felt after SEND_BUFFER bytes, not megabytes
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            if max_connections is not None:
+                self.app = _capped(self.app, self.connections, max_connections)
             self._arm()
 
         def on_response_complete(self) -> None:
@@ -36,20 +46,61 @@ def timed_protocol(header_seconds: float) -> type[H11Protocol]:
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
+            for timer in (self._header_timer, self._send_timer):
+                if timer is not None:
+                    timer.cancel()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:  # the client's buffers are full: it must read within `seconds`
+            super().pause_writing()
+            if self._send_timer is None:
+                self._send_timer = self.loop.call_later(seconds, self.transport.abort)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
 
         def _arm(self) -> None:
             if self._header_timer is not None:
                 self._header_timer.cancel()
-            self._header_timer = self.loop.call_later(header_seconds, self._expired)
+            self._header_timer = self.loop.call_later(seconds, self._expired)
 
         def _expired(self) -> None:
             if self.cycle is None or self.cycle.response_complete:  # still waiting for a request's headers
                 self.transport.close()
 
     return TimedH11
+
+
+def _capped(app: Any, connections: set[Any], limit: int) -> Any:
+    """`app`, but a request on a connection beyond `limit` gets a 503 in OpenAI's shape, and the connection closes."""
+
+    async def capped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or len(connections) <= limit:
+            return await app(scope, receive, send)
+        body = json.dumps(
+            {
+                "error": {
+                    "message": f"the server has {limit} connections open, its most (see --max-connections); "
+                    "retry shortly",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "too_many_connections",
+                }
+            }
+        ).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", b"2"),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return capped
 
 
 def open_files_limit(connections: int) -> None:

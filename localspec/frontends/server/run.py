@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 
@@ -13,6 +14,19 @@ from localspec.frontends.generate import loading
 from localspec.frontends.server.app import create_app
 from localspec.frontends.server.guard import allowed_hosts
 from localspec.frontends.server.http import open_files_limit, timed_protocol
+
+
+def server_config(app: Any, host: str, port: int, client_timeout: float, max_connections: int) -> uvicorn.Config:
+    """uvicorn's settings for `app`: its connections timed and capped (server.http)."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=timed_protocol(client_timeout, max_connections),
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=3,
+    )
 
 
 def serve_forever(
@@ -51,18 +65,8 @@ def serve_forever(
         body_seconds=client_timeout,
         stall_seconds=client_timeout,
     )
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=timed_protocol(client_timeout),
-        limit_concurrency=max_connections,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=3,
-    )
     open_files_limit(max_connections)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app, host, port, client_timeout, max_connections))
     print(f"localspec: serving '{name}' at http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
     # uvicorn shuts down gracefully on SIGTERM, then raises it again: let that end the command normally
     signal.signal(signal.SIGTERM, lambda signum, frame: None)

@@ -129,6 +129,16 @@ class RequestBase(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str
     max_tokens: Annotated[int | None, Field(ge=1)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode(cls, data: Any) -> Any:
+        """Refuse text that is not Unicode (a lone surrogate, which JSON's escapes allow): no field of it could be
+        tokenized, logged or echoed."""
+        if _surrogate(data):
+            raise ValueError("the request holds text that is not Unicode (a lone surrogate)")
+        return data
+
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -244,3 +254,14 @@ class CompletionRequest(RequestBase):
 
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+def _surrogate(value: Any) -> bool:
+    """Whether a parsed JSON value holds a string with a lone surrogate."""
+    if isinstance(value, str):
+        return any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return any(_surrogate(k) or _surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_surrogate(v) for v in value)
+    return False

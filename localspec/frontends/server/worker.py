@@ -1,8 +1,9 @@
 """The queue and the one thread that calls llama.cpp: generations run one at a time, in arrival order.
 
 A generation is decoupled from its sending: it runs into a bounded buffer that the response drains, so a
-client that stops reading holds the worker for at most `stall_seconds` (then its generation stops and the
-next request starts); one that goes away stops its generation at the next round, or leaves the queue at once.
+client that reads slowly or not at all holds the worker at most `stall_seconds` in all beyond the generation's
+own time (then its generation stops and the next request starts); one that goes away stops its generation at
+the next round, or leaves the queue at once.
 """
 
 from __future__ import annotations
@@ -132,12 +133,13 @@ class Worker:
         None, after an exception where one stopped the generation (a 4xx before decoding, a failure after)."""
         pieces: Generator[Piece, None, None] | None = None
         end: BaseException | None = None
+        budget = [self.stall_seconds]  # what the client may keep the generation waiting, in all
         try:
             run = await self.call(start)
             buffer.put_nowait(run)
             pieces = iter(run)  # a generator: closing it ends the generation
             while not left.is_set() and (piece := await self.call(next, pieces, None)) is not None:
-                if not await self._put(buffer, Sent(piece, len(run.logprobs or ())), left):
+                if not await self._put(buffer, Sent(piece, len(run.logprobs or ())), left, budget):
                     break
         except Exception as e:
             end = e
@@ -146,19 +148,26 @@ class Worker:
                 self.thread.submit(pieces.close)
             self.lock.release()
         if end is not None:
-            await self._put(buffer, end, left)
-        await self._put(buffer, None, left)
+            await self._put(buffer, end, left, [self.stall_seconds])
+        await self._put(buffer, None, left, [self.stall_seconds])
 
-    async def _put(self, buffer: asyncio.Queue[Any], item: Any, left: asyncio.Event) -> bool:
-        """Put `item` in the buffer unless the client goes away or leaves it full for stall_seconds (False)."""
+    async def _put(self, buffer: asyncio.Queue[Any], item: Any, left: asyncio.Event, budget: list[float]) -> bool:
+        """Put `item` in the buffer unless the client goes away, or leaves it full longer than what is left of
+        its `budget` of seconds (False; what it waited is taken from the budget)."""
         if buffer.full():
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
             put, gone = asyncio.ensure_future(buffer.put(item)), asyncio.ensure_future(left.wait())
-            await asyncio.wait((put, gone), timeout=self.stall_seconds, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((put, gone), timeout=max(budget[0], 0.0), return_when=asyncio.FIRST_COMPLETED)
             put.cancel()
             gone.cancel()
+            budget[0] -= loop.time() - t0
             if not put.done() or put.cancelled():
                 if not left.is_set():
-                    self.say(f"localspec: a client read nothing for {self.stall_seconds:g} s: its generation stopped")
+                    self.say(
+                        f"localspec: a client kept its answer waiting {self.stall_seconds:g} s in all (it reads "
+                        "too slowly, or not at all): its generation stopped"
+                    )
                     left.set()
                 return False
             return True

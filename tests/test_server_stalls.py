@@ -1,0 +1,187 @@
+"""Nothing a client does stalls the server or holds a connection for ever: a real uvicorn on a free local port
+with the server's own settings, raw sockets and httpx as clients, and a model-free stand-in answering."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from standin import StandIn
+
+from localspec.frontends.server.app import create_app
+from localspec.frontends.server.run import server_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from stall_check import free_port, head, raw, request
+
+KB = "x" * 1000  # a piece of a kilobyte: a client that does not read fills its buffers in a few dozen tokens
+
+
+class Served:
+    """The app over `spec`, served by uvicorn in a thread as `localspec serve` serves it."""
+
+    def __init__(self, spec: StandIn, *, timeout: float = 1.0, max_connections: int = 64, max_queue: int = 16) -> None:
+        self.log: list[str] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(
+            spec,  # type: ignore[arg-type]
+            model_id="standin",
+            max_queue=max_queue,
+            body_seconds=timeout,
+            stall_seconds=timeout,
+            log=self.log.append,
+        )
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, timeout, max_connections))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        until(lambda: self.server.started, "the server to start")
+
+    @property
+    def connections(self) -> int:
+        return len(self.server.server_state.connections)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def until(condition: Callable[[], object], what: str, seconds: float = 60) -> None:
+    """Wait for an event: `condition` holding (looked at every 20 ms)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    spec, options = request.param
+    s = Served(spec, **options)
+    yield s
+    s.stop()
+    assert not any("Traceback" in line for line in s.log), s.log
+
+
+def _streamed(port: int, tokens: int = 100_000) -> bytes:
+    body = {"model": "standin", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": tokens, "stream": True}
+    return request(port, body)
+
+
+def _ok(url: str) -> int:
+    body = {"model": "standin", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).status_code
+
+
+def _reply(sock: socket.socket, seconds: float = 30) -> bytes:
+    sock.settimeout(seconds)
+    out = b""
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return out
+
+
+@pytest.mark.parametrize("served", [(StandIn(KB), {"timeout": 1.0, "max_connections": 5})], indirect=True)
+def test_clients_that_never_read_are_closed_and_stop_counting(served: Served) -> None:
+    """Four streamed clients that never read and never close, against --max-connections 5: each is dropped
+    after --client-timeout (its generation stopped, its connection aborted), so five fresh clients at once are
+    then all answered."""
+    deaf = [raw(served.port, _streamed(served.port), rcvbuf=4096) for _ in range(4)]
+    stopped = lambda: sum("499" in line for line in served.log)  # noqa: E731
+    until(lambda: served.connections == 0 and stopped() == 4, "the four connections aborted, their generations stopped")
+    results: list[int] = []
+    fresh = [threading.Thread(target=lambda: results.append(_ok(served.url))) for _ in range(5)]
+    for t in fresh:
+        t.start()
+    for t in fresh:
+        t.join(60)
+    assert results == [200] * 5
+    for sock in deaf:
+        sock.close()
+
+
+@pytest.mark.parametrize("served", [(StandIn(), {"timeout": 1.0, "max_queue": 1})], indirect=True)
+def test_a_trickled_body_gives_its_place_back_at_its_deadline(served: Served) -> None:
+    """A body trickled a byte at a time holds its place in the queue only until the whole body's deadline
+    (--client-timeout), not for as long as the bytes keep coming: then it gets a 408 and the place is free."""
+    trickler = raw(served.port, head(served.port, 1000))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.is_set():
+            try:
+                trickler.sendall(b" ")
+            except OSError:
+                return
+            stop.wait(0.2)
+
+    feeder = threading.Thread(target=trickle)
+    feeder.start()
+    try:
+        until(lambda: httpx.get(f"{served.url}/health").json()["waiting"] == 1, "the trickled request to be admitted")
+        assert _ok(served.url) == 503  # its place is taken
+        late = _reply(trickler)
+        assert late.startswith(b"HTTP/1.1 408") and b"body_timeout" in late, late
+        assert _ok(served.url) == 200
+    finally:
+        stop.set()
+        feeder.join()
+        trickler.close()
+
+
+@pytest.mark.parametrize("served", [(StandIn(KB, pace=0.002), {"timeout": 1.0})], indirect=True)
+def test_a_slow_reader_holds_the_worker_at_most_the_timeout_beyond_its_answer(served: Served) -> None:
+    """A client reading 4 KiB every 0.2 s of a 2 MB answer (2,000 tokens of 2 ms): it is dropped once it has kept
+    its answer waiting --client-timeout in all (or left the connection's buffers full that long), and a request
+    queued behind it is answered while it is still reading."""
+    slow = raw(served.port, _streamed(served.port, 2000), rcvbuf=4096)
+    until(lambda: httpx.get(f"{served.url}/health").json()["busy"], "the slow stream to run")
+    queued: list[int] = []
+    behind = threading.Thread(target=lambda: queued.append(_ok(served.url)))
+    behind.start()
+    read = 0
+    slow.settimeout(5)
+    while behind.is_alive():
+        try:
+            chunk = slow.recv(4096)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not chunk:
+            break
+        read += len(chunk)
+        time.sleep(0.2)
+    behind.join(60)
+    assert queued == [200] and read < 2_000_000
+    assert any("kept its answer waiting 1 s in all" in line or "499" in line for line in served.log), served.log
+    slow.close()
+
+
+@pytest.mark.parametrize("served", [(StandIn(), {"max_connections": 1})], indirect=True)
+def test_nothing_gives_a_500_and_every_refusal_is_openai_shaped(served: Served) -> None:
+    """A malformed Origin, a lone surrogate in a field, a connection beyond --max-connections: 4xx or 503, in
+    OpenAI's error shape."""
+    origin = httpx.get(f"{served.url}/v1/models", headers={"Origin": "http://[evil"})
+    assert origin.status_code == 403 and origin.json()["error"]["code"] == "bad_origin"
+    body = '{"model": "\\ud800", "messages": [{"role": "user", "content": "\\udfff"}]}'
+    surrogate = httpx.post(
+        f"{served.url}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert surrogate.status_code == 400 and "not Unicode" in surrogate.json()["error"]["message"], surrogate.text
+    idle = raw(served.port, b"")
+    until(lambda: served.connections == 1, "the idle connection")
+    crowded = httpx.get(f"{served.url}/v1/models")
+    assert crowded.status_code == 503 and crowded.json()["error"]["code"] == "too_many_connections"
+    assert crowded.headers["retry-after"] and crowded.headers["connection"] == "close"
+    idle.close()
+    json.dumps(served.log)
