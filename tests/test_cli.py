@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import assert_same_tokens, one_line_error, run_cli
@@ -133,10 +134,13 @@ def test_a_bad_flag_value_is_a_usage_error_from_the_real_command() -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--temperature" in proc.stderr
 
 
-def test_missing_model_file() -> None:
-    proc = run_cli("generate", "hello", "--target", "/nonexistent/model.gguf")
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
-    assert "/nonexistent/model.gguf" in proc.stderr
+def test_missing_model_file(tmp_path: Path) -> None:
+    """The missing target is named, whether or not the default draft is installed."""
+    for models in (None, tmp_path):  # as installed here, and with no model installed at all
+        env = {"LOCALSPEC_MODELS_DIR": str(models)} if models else None
+        proc = run_cli("generate", "hello", "--target", "/nonexistent/model.gguf", env=env)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+        assert "/nonexistent/model.gguf" in proc.stderr and "0.5b" not in proc.stderr, proc.stderr
 
 
 def test_models_install_is_a_noop_when_verified(target_path, draft_path) -> None:

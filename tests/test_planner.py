@@ -422,3 +422,17 @@ def test_the_agreement_is_learned_and_alpha_follows_the_text() -> None:
     for _ in range(60):
         acceptance.observe(0, 0, [0.6])
     assert abs(acceptance.alpha - 0.85 * 0.6) < 0.1
+
+
+def test_learned_edits_are_bounded_the_least_recently_used_dropped_first() -> None:
+    """A server's copier lives as long as the server: its learned edits stay at MAX_EDITS, and an edit in use
+    outlives ones learned after it."""
+    from localspec.drafting.copier import MAX_EDITS, Rewrites
+
+    rewrites = Rewrites()
+    rewrites.learn((1, 2), (3,))
+    for i in range(MAX_EDITS + 100):
+        rewrites.learn((1000 + i,), (5,))
+        if i % 50 == 0:
+            assert rewrites.at([1, 2], 0, {1}) == (2, (3,))  # used now and then
+    assert len(rewrites.edits) == MAX_EDITS and (1, 2) in rewrites.edits and (1000,) not in rewrites.edits

@@ -65,6 +65,8 @@ class RunConfig:
     def paths(self) -> tuple[Path, Path | None]:
         t_default, d_default = default_pair()
         target = resolve(self.target or t_default.name)
+        if not target.is_file():  # named before the draft is looked for: what is missing is the target
+            raise LocalspecError(f"no model file at {target}")
         if self.target_alone or self.draft in COPIER:
             return target, None
         return target, resolve(d_default.name if self.draft == "auto" else self.draft)

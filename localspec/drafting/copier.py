@@ -25,6 +25,9 @@ from localspec.drafting.base import Drafter
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
+# The most learned edits kept, the least recently used dropped first: a server's copier lives as long as it does,
+# and a file's renames are a handful.
+MAX_EDITS = 512
 # The answer repeating its own text is drafted only once the match is this long: in prose, shorter echoes
 # ("can lead to", a list number) break at once (docs/benchmarks.md, "The planner's and the copier's constants").
 _MIN_ECHO = 6
@@ -91,7 +94,10 @@ class Rewrites:
     def learn(self, src: tuple[int, ...], out: tuple[int, ...]) -> None:
         """The output wrote `out` where the source has `src` (kept when short enough to be an edit)."""
         if src and len(src) <= _MAX_EDIT and len(out) <= _MAX_EDIT:
-            self.edits[src] = out
+            self.edits.pop(src, None)
+            self.edits[src] = out  # the most recently used last
+            if len(self.edits) > MAX_EDITS:
+                del self.edits[next(iter(self.edits))]
             self.broken.discard(src[0])
 
     def at(self, ctx: list[int], pos: int, heads: set[int]) -> tuple[int, tuple[int, ...]] | None:
@@ -99,6 +105,7 @@ class Rewrites:
         if ctx[pos] in heads:
             for src, out in self.edits.items():
                 if tuple(ctx[pos : pos + len(src)]) == src:
+                    self.edits[src] = self.edits.pop(src)  # used: the last to be dropped
                     return len(src), out
         if self.join_lines and self.join is not None:
             return self.join(ctx[pos : pos + LineJoin.MAX_WORD + 1])
