@@ -52,8 +52,9 @@ def _call(block: str) -> ToolCall | None:
 
 
 def parse_tool_calls(text: str, names: Sequence[str] = ()) -> tuple[str, list[ToolCall]]:
-    """(content, calls): the text around the calls, and the calls; text with a call that does not parse
-    stays content, whole. Without tags, an answer that is only a call of one of `names` is that call."""
+    """(content, calls): the text around the calls, and the calls; text with a call that does not parse, or
+    calls a tool not among `names` (where given), stays content, whole. Without tags, an answer that is only a
+    call of one of `names` is that call."""
     if OPEN not in text:
         body = text.strip()
         fenced = _FENCED.fullmatch(body)
@@ -64,7 +65,7 @@ def parse_tool_calls(text: str, names: Sequence[str] = ()) -> tuple[str, list[To
     for chunk in chunks:
         body, _, tail = chunk.partition(CLOSE)
         call = _call(body)
-        if call is None:
+        if call is None or (names and call.name not in names):  # not a call of a declared tool: text
             return text, []
         calls.append(call)
         content.append(tail)

@@ -12,6 +12,7 @@ import contextlib
 import json
 import re
 import secrets
+from typing import Any
 
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -47,58 +48,104 @@ def chat_tokens(
 ) -> list[int]:
     """The conversation rendered by the model's chat template (with `tools` described), as tokens.
 
-    A message carrying "tokens" contributes those instead of re-tokenizing its content, so a
-    generated reply is fed back exactly as it was sampled and the KV cache prefix still matches.
+    Every text a message carries (its content, a tool call's name, id and arguments, a tool result's id and
+    name) is read as text, never as control tokens: the template renders the conversation once with a marker
+    in place of each, its own markup between the markers is tokenized with control tokens, each text without.
+    A message carrying "tokens" contributes those instead of re-tokenizing its content, so a generated reply
+    is fed back exactly as it was sampled and the KV cache prefix still matches.
     """
     fmt = _formatter(model)
     fmt.add_generation_prompt = add_generation_prompt
     if tools and not supports_tools(model):
         raise Unsupported(f"{model.name}'s chat template has no tool calls in a format localspec reads", "tools")
     plain = [_for_template(m) for m in messages]
-    texts = [m["content"] if isinstance(m.get("content"), str) else "" for m in messages]
     nonce = secrets.token_hex(8)  # letters and digits only: a marker that survives a template's escaping (tojson)
-    slotted = [{**m, "content": f"lsslot{nonce}n{i}e"} if texts[i] else m for i, m in enumerate(plain)]
-    skeleton = _render(fmt, slotted, tools)
+    texts: list[str] = []
+    contents: dict[int, int] = {}  # the slot of each message's content
+
+    def slotted(value: Any, wrap: bool, data: bool = False) -> Any:
+        """`value` with each non-empty text in it a marker (`wrap`: the text between two markers); in `data` (a
+        call's arguments) the keys too."""
+        if isinstance(value, str) and value:
+            i = len(texts) if not wrap else next(counter)
+            if not wrap:
+                texts.append(value)
+            return f"lsb{nonce}n{i}e{value}lse{nonce}n{i}e" if wrap else f"lsslot{nonce}n{i}e"
+        if isinstance(value, dict):
+            return {
+                slotted(k, wrap) if data else k: v
+                if k in _STRUCTURE and not data
+                else slotted(v, wrap, data or k == "arguments")
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [slotted(v, wrap, data) for v in value]
+        return value
+
+    skeleton_messages = []
+    for index, m in enumerate(plain):
+        if isinstance(m.get("content"), str) and m["content"]:
+            contents[index] = len(texts)
+        skeleton_messages.append(slotted(m, wrap=False))
+    skeleton = _render(fmt, skeleton_messages, tools)
     parts = re.split(f"lsslot{nonce}n(\\d+)e", skeleton)
     shown = parts[1::2]
     if len(set(shown)) != len(shown):
         raise Unsupported(f"{model.name}'s chat template repeats message text", "messages")
-    verbatim = "".join(texts[int(p)] if i % 2 else p for i, p in enumerate(parts)) == _render(fmt, plain, tools)
+    whole = _render(fmt, plain, tools)
+    written = {int(i): texts[int(i)] for i in shown}
+    if _joined(parts, written) != whole:  # the template transforms text (escapes it, trims it)
+        counter = iter(range(len(texts)))
+        wrapped = _render(fmt, [slotted(m, wrap=True) for m in plain], tools)
+        found = dict(re.findall(f"lsb{nonce}n(\\d+)e(.*?)lse{nonce}n\\1e", wrapped, flags=re.DOTALL))
+        aligned = _aligned(parts, found, whole)
+        if aligned is None:
+            raise Unsupported(
+                "the chat template writes the rest of the conversation differently with this conversation's text: "
+                "localspec cannot keep that text apart from the template's own markup",
+                "messages",
+            )
+        written = aligned
+    verbatim = {i for i in written if written[i] == texts[i]}
+    own = {slot: index for index, slot in contents.items() if slot in verbatim and "tokens" in messages[index]}
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if i % 2 == 0:
             tokens += model.tokenize(part, special=True) if part else []
-            continue
-        m = messages[int(part)]
-        if verbatim and "tokens" in m:
-            tokens += m["tokens"]
+        elif int(part) in own:
+            tokens += messages[own[int(part)]]["tokens"]
         else:  # the text as the template writes it (escaped, say): plain text, never control tokens
-            text = texts[int(part)] if verbatim else _written(fmt, slotted, plain, int(part), skeleton, nonce, tools)
-            tokens += model.tokenize(text, special=False)
+            tokens += model.tokenize(written[int(part)], special=False)
     return tokens
 
 
-def _written(
-    fmt: Jinja2ChatFormatter,
-    slotted: list[Message],
-    plain: list[Message],
-    index: int,
-    skeleton: str,
-    nonce: str,
-    tools: list[dict] | None,
-) -> str:
-    """What a template that transforms message text writes for message `index`'s: rendered with only that text
-    in place, the rest is the skeleton's, and the text is what lies between (refused where the rest changed)."""
-    one = _render(fmt, [plain[index] if i == index else m for i, m in enumerate(slotted)], tools)
-    marker = f"lsslot{nonce}n{index}e"
-    before, after = skeleton.split(marker)
-    if not (one.startswith(before) and one.endswith(after) and len(one) >= len(before) + len(after)):
-        raise Unsupported(
-            "the chat template writes the rest of the conversation differently with this message's text: "
-            "localspec cannot keep that text apart from the template's own markup",
-            "messages",
-        )
-    return one[len(before) : len(one) - len(after)]
+_STRUCTURE = ("role", "type", "tokens")  # fields templates branch on: never slotted
+
+
+def _aligned(parts: list[str], found: dict[str, str], whole: str) -> dict[int, str] | None:
+    """Each slot's text as the template wrote it in `whole`: what it wrote between the slot's markers (`found`:
+    escaped, say), trimmed where the template trims it; None where the template's markup and those texts do
+    not make up `whole` (the template writes its markup differently with the real texts)."""
+    written: dict[int, str] = {}
+    at = 0
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            if not whole.startswith(part, at):
+                return None
+            at += len(part)
+            continue
+        text, after = found.get(part, ""), parts[i + 1]
+        fits = [t for t in (text, text.strip(), text.lstrip(), text.rstrip()) if whole.startswith(t + after, at)]
+        if not fits:
+            return None
+        written[int(part)] = fits[0]
+        at += len(fits[0])
+    return written if at == len(whole) else None
+
+
+def _joined(parts: list[str], written: dict[int, str]) -> str:
+    """The skeleton's markup with each slot's written text in place."""
+    return "".join(written[int(p)] if i % 2 else p for i, p in enumerate(parts))
 
 
 def _for_template(m: Message) -> Message:
