@@ -86,16 +86,20 @@ def default_pair() -> tuple[CatalogModel, CatalogModel]:
 
 
 def _catalog_path(model: CatalogModel) -> Path:
+    """Where a catalog model is: installed, or in the Hugging Face cache (either checked against the catalog's
+    size and hash before it is loaded), else pulled from the Hub where it has no registry packages."""
+    from localspec.models.install import check_installed
+
     local = models_dir() / model.file
     if local.exists():
-        from localspec.models.install import check_installed
-
         check_installed(model, local)
         return local
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(model.hf, model.file)
     if isinstance(cached, str):
+        if model.size is not None and model.sha256 is not None:
+            check_installed(model, Path(cached))
         return Path(cached)
     if model.registry_prefix:
         raise LocalspecError(f"{model.name} is not installed: run `localspec models install {model.name}`")

