@@ -185,3 +185,23 @@ def test_nothing_gives_a_500_and_every_refusal_is_openai_shaped(served: Served) 
     assert crowded.headers["retry-after"] and crowded.headers["connection"] == "close"
     idle.close()
     json.dumps(served.log)
+
+
+@pytest.mark.parametrize("served", [(StandIn(), {})], indirect=True)
+def test_too_many_messages_are_refused_before_the_body_is_parsed(served: Served) -> None:
+    """A 15 MiB body of half a million tiny messages: refused as it arrives (400 naming messages), its messages
+    never parsed into objects: the process's allocations stay within a few copies of the body."""
+    import tracemalloc
+
+    tiny = b'{"role":"user","content":"a"},'
+    body = b'{"model":"standin","messages":[' + tiny * (15 * 2**20 // len(tiny)) + b'{"role":"user","content":"a"}]}'
+    tracemalloc.start()
+    try:
+        refused = httpx.post(
+            f"{served.url}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}, timeout=60
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages", refused.text
+    assert peak < 4 * len(body), f"{peak / 2**20:.0f} MiB at the peak for a {len(body) / 2**20:.0f} MiB body"

@@ -16,11 +16,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from localspec.frontends.server.errors import ApiError, BodyRefused
+from localspec.frontends.server.schemas import MAX_MESSAGES, MAX_TOOLS
 from localspec.frontends.server.worker import Ticket
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 OPEN_PATHS = frozenset({"/health"})  # answered without the key
 GENERATING = frozenset({"/v1/chat/completions", "/v1/completions"})  # admitted only while the queue has room
+# A chat body with more "role" keys than this holds more messages than the schema takes (a tool's or a schema's
+# "role" property included): refused as it arrives, before half a million tiny messages are parsed into objects.
+ROLES = MAX_MESSAGES + MAX_TOOLS + 64
 
 
 def host_name(host: str) -> str:
@@ -128,9 +132,10 @@ class Guard:
             return await _send_error(send, error)
         seen, whole, started = 0, False, False
         deadline = asyncio.get_running_loop().time() + self.body_seconds  # for the whole body, not each piece
+        roles, tail, chat = 0, b"", scope["path"] == "/v1/chat/completions"
 
         async def counted() -> dict[str, Any]:
-            nonlocal seen, whole
+            nonlocal seen, whole, roles, tail
             if whole:  # the body is read: what comes now is the disconnect, whenever it comes
                 return dict(await receive())
             try:
@@ -142,6 +147,13 @@ class Guard:
             whole = message["type"] != "http.request" or not message.get("more_body", False)
             if seen > self.max_body:
                 raise BodyRefused(self._too_large())
+            if chat:  # a quoted "role" can only be a key or a whole value: JSON escapes a quote inside a string
+                piece = tail + message.get("body", b"")
+                roles, tail = roles + piece.count(b'"role"'), piece[-5:]
+                if roles > ROLES:
+                    raise BodyRefused(
+                        ApiError(400, f"messages: at most {MAX_MESSAGES} messages", param="messages", code="too_many")
+                    )
             return message
 
         async def watched(message: dict[str, Any]) -> None:
