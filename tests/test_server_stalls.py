@@ -205,3 +205,14 @@ def test_too_many_messages_are_refused_before_the_body_is_parsed(served: Served)
         tracemalloc.stop()
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages", refused.text
     assert peak < 4 * len(body), f"{peak / 2**20:.0f} MiB at the peak for a {len(body) / 2**20:.0f} MiB body"
+
+
+@pytest.mark.parametrize("served", [(StandIn(n_ctx=8192), {})], indirect=True)
+def test_the_models_list_says_what_a_model_supports(served: Served) -> None:
+    """Continue sends `prediction` only to a model whose metadata lists it; Aider and OpenRouter-style clients read
+    the context length."""
+    (entry,) = httpx.get(f"{served.url}/v1/models").json()["data"]
+    assert entry["context_length"] == 8192 and entry == httpx.get(f"{served.url}/v1/models/standin").json()
+    assert {"prediction", "tools", "response_format", "logprobs", "suffix", "speculative.n_max"} <= set(
+        entry["supported_parameters"]
+    )

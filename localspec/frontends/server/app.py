@@ -19,6 +19,28 @@ from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
 from localspec.frontends.server.service import Service
 from localspec.frontends.server.worker import Worker
 
+SUPPORTED = [
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "structured_outputs",
+    "logprobs",
+    "top_logprobs",
+    "prediction",
+    "suffix",
+    "speculative.n_max",
+]
+
 
 def create_app(
     spec: LocalSpec,
@@ -65,7 +87,17 @@ def create_app(
         worker = service.worker
         return {"status": "ok", "model": model_id, "waiting": worker.waiting, "busy": worker.lock.locked()}
 
-    entry = {"id": model_id, "object": "model", "created": created, "owned_by": "localspec"}
+    entry = {
+        "id": model_id,
+        "object": "model",
+        "created": created,
+        "owned_by": "localspec",
+        # what editors and routers read of a model: its context and the parameters it honours (Continue sends
+        # `prediction` only to a model that lists it; OpenRouter-style clients and Aider read the context)
+        "context_length": spec.n_ctx,
+        "max_model_len": spec.n_ctx,
+        "supported_parameters": SUPPORTED,
+    }
 
     @v1.get("/models")
     async def models() -> dict[str, Any]:
