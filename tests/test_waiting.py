@@ -92,8 +92,8 @@ def test_a_first_run_answers_at_once_and_learns(
 def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A draft model in use is loaded when it first drafts (after the answer's first token), and catches up on
-    the whole conversation then."""
+    """A draft model in use is loaded when it first drafts (once the answer's first tokens have shown how sure
+    the target is), and catches up on the whole conversation then."""
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, draft_path, GPU_CURVE, draft_token=0.002)
     engine, policy = load_engine(RunConfig(sampler=GREEDY, ctx=4096, gpu_layers=0, draft_gpu_layers=0))
@@ -109,9 +109,9 @@ def test_a_draft_model_that_can_win_is_loaded_at_its_first_draft(
     # the greedy reply is still the target's own.
     engine.k = None
     second_prompt = conv._rendered(
-        conv._fit({"role": "user", "content": "Now list them in reverse order, one per line."})
+        conv._fit({"role": "user", "content": "Now list the first twenty prime numbers, one per line."})
     )
-    "".join(p.text for p in conv.reply("Now list them in reverse order, one per line."))
+    "".join(p.text for p in conv.reply("Now list the first twenty prime numbers, one per line."))
     got = conv.messages[-1]["tokens"]
     assert drafter.loaded is not None
     assert drafter.loaded.n_decoded > len(second_prompt) // 2  # its catch-up covered the conversation
