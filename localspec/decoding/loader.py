@@ -21,6 +21,7 @@ from localspec.drafting.probe import BatchProbe
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, exact_rows, gpu_offload_supported
 from localspec.models.catalog import default_pair, resolve
+from localspec.models.gguf import check_file
 from localspec.models.vocab import mismatch
 
 COPIER = ("copier", "ngram")  # --draft values that mean the copier alone ("ngram": its older name)
@@ -65,8 +66,7 @@ class RunConfig:
     def paths(self) -> tuple[Path, Path | None]:
         t_default, d_default = default_pair()
         target = resolve(self.target or t_default.name)
-        if not target.is_file():  # named before the draft is looked for: what is missing is the target
-            raise LocalspecError(f"no model file at {target}")
+        check_file(target)  # before the draft is looked for: what is missing is the target
         if self.target_alone or self.draft in COPIER:
             return target, None
         return target, resolve(d_default.name if self.draft == "auto" else self.draft)

@@ -182,15 +182,20 @@ class _Reader:
         raise ValueError(f"unknown metadata type {vtype}")
 
 
+def check_file(path: Path) -> None:
+    """Refuse (BadModelFile) a model path that is missing or no file."""
+    if not path.exists():
+        raise BadModelFile(f"{path}: no such model file (run `localspec models install` for the default pair)")
+    if not path.is_file():
+        raise BadModelFile(f"{path}: is a directory, not a GGUF model file")
+
+
 def read_gguf(path: Path, *, tokens: bool = False, header_only: bool = False) -> GGUFInfo:
     """Parse and validate a GGUF header (with the token texts if asked); BadModelFile names the problem.
 
     `header_only`: the file may end where the header does (its tensor data is not checked for)."""
     path = Path(path)
-    if not path.exists():
-        raise BadModelFile(f"{path}: no such model file (run `localspec models install` for the default pair)")
-    if not path.is_file():
-        raise BadModelFile(f"{path}: is a directory, not a GGUF model file")
+    check_file(path)
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
