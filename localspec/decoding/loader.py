@@ -119,13 +119,11 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
             layers = gpu_layers(cfg.draft_gpu_layers)
             key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
             policy = decide_draft(target, draft_path, key, cost, loaded_in, named=named)
-        if policy is None:
-            check_pair(target_path, draft_path)
-            draft = _load(cfg, draft_path, cfg.draft_gpu_layers)
-        elif policy.choice != "skip":
-            if not named:
+        if policy is None or policy.choice != "skip":
+            if not named:  # the default draft is checked where it will be loaded
                 check_pair(target_path, draft_path)
-            draft = partial(_load, cfg, draft_path, cfg.draft_gpu_layers)
+            loading = partial(_load, cfg, draft_path, cfg.draft_gpu_layers)
+            draft = loading() if policy is None else loading
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target,
         draft,

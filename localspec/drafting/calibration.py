@@ -99,11 +99,9 @@ def target_costs(target: Model) -> CostModel:
 def _with_draft(cost: CostModel, target: Model, draft: Model) -> bool:
     """Fill in the kept costs of `draft` next to `target`; False where none are kept."""
     k = kept(_key(target), _key(draft))
-    if k.draft is None:
-        return False
-    cost.draft, cost.draft_prefill = k.draft, k.draft_prefill or k.draft
-    cost.bound()
-    return True
+    if k.measured:
+        k.price(cost)
+    return k.measured
 
 
 def load_costs(target: Model, draft: Model | None) -> CostModel:

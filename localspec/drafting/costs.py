@@ -82,8 +82,12 @@ class CostModel:
         """Estimated seconds per token of a draft-model catch-up (a batched prefill) now: a guessed draft's
         batches save what the target's own do."""
         if self.draft_guessed:
-            return self.draft_token * min(self._shape(_FLOOR_BATCH) / _FLOOR_BATCH / self._shape(1), 1.0)
+            return self.draft_token * min(self._batch_saving(), 1.0)
         return self.scale * (self.draft_prefill or self.draft)
+
+    def _batch_saving(self) -> float:
+        """What a token of a large batch (a prefill's) costs against a one-token decode of the target."""
+        return self._shape(_FLOOR_BATCH) / _FLOOR_BATCH / self._shape(1)
 
     @property
     def quiet(self) -> bool:
@@ -188,8 +192,7 @@ class CostModel:
         for n in self._ns:
             self.verify[n] = last = max(self.verify[n], last)
         if self.draft and self.verify:
-            saving = self._shape(_FLOOR_BATCH) / _FLOOR_BATCH / self._shape(1)
-            self.draft_prefill = max(self.draft_prefill or self.draft, 0.5 * self.draft * saving)
+            self.draft_prefill = max(self.draft_prefill or self.draft, 0.5 * self.draft * self._batch_saving())
 
 
 def best_k(survival: Sequence[float], cost: CostModel, draft_cost: float) -> tuple[int, float]:

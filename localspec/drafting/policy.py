@@ -168,6 +168,15 @@ class Kept:
     def measured(self) -> bool:
         return self.draft is not None
 
+    def price(self, cost: CostModel) -> None:
+        """Give `cost` the draft model's kept costs (measured: `measured`)."""
+        cost.draft, cost.draft_prefill = self.draft or 0.0, self.draft_prefill or 0.0
+        cost.bound()
+
+    def load_or_estimate(self, cost: CostModel, size_ratio: float, loaded_in: float) -> float:
+        """What its load takes here: as it last took, else as `load_estimate` expects."""
+        return self.load if self.load is not None else load_estimate(cost, size_ratio, loaded_in)
+
 
 def positive(table: Any, key: str) -> float | None:
     """table[key] where it is a positive finite number (a kept time or ratio); None otherwise."""
@@ -247,10 +256,9 @@ class DraftPolicy:
     ) -> DraftPolicy:
         """The session's choice (see the module), and what it says to the user. Nothing is measured for it;
         `cost` is priced at the size bound where the draft model drafts before its costs are measured."""
-        decision, measured = kept.decision, kept.measured and cost.measured
+        decision, measured, ratio = kept.decision, kept.measured and cost.measured, bound / SIZE_MARGIN
         if measured:
-            cost.draft, cost.draft_prefill = kept.draft or 0.0, kept.draft_prefill or 0.0
-            cost.bound()
+            kept.price(cost)
         may_win = not cost.measured or clear_win(by_size(cost, bound))  # a first run: its answer prices it
         choice: Choice
         if named:
@@ -260,7 +268,7 @@ class DraftPolicy:
         elif not (measured or may_win):  # never worth a look: not even at its size bound
             choice = "skip"
         else:
-            load = kept.load if kept.load is not None else load_estimate(cost, bound / SIZE_MARGIN, loaded_in)
+            load = kept.load_or_estimate(cost, ratio, loaded_in)
             choice = decision.choice(try_estimate(bound, cost, load), may_win=may_win)
         notes = []
         if choice == "skip":
@@ -274,7 +282,7 @@ class DraftPolicy:
         elif choice == "try":
             notes = [f"draft model {name} tried in this answer (its costs here are learned from its drafts)"]
         if choice == "try" or (choice != "skip" and not measured):  # priced by its size until it drafts
-            cost.guess_draft(bound / SIZE_MARGIN)
+            cost.guess_draft(ratio)
         start = 0 if named else MIN_ANSWER
         return cls(draft_key, name, choice, kept, bound, target_load=loaded_in, notes=notes, min_answer=start)
 
@@ -299,9 +307,7 @@ class DraftPolicy:
         once loaded, or for a named one (the user's choice)."""
         if self.choice == "named" or self.load_seconds:
             return 0.0
-        if self.kept.load is not None:
-            return self.kept.load
-        return load_estimate(cost, self.bound / SIZE_MARGIN, self.target_load)
+        return self.kept.load_or_estimate(cost, self.bound / SIZE_MARGIN, self.target_load)
 
     def horizon(self, answer: int, room: int, loaded: bool) -> int:
         """The tokens its setup is amortized over: not loaded yet, the rest of the answer as this pair's answers
@@ -386,8 +392,7 @@ def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
         if not clear_win(by_size(cost, bound)):
             return cannot_win(f"by its size a draft token costs at least {bound:.2f} target decodes")
         return "not measured yet: the next answer it may clearly win loads it"
-    cost.draft, cost.draft_prefill = kept.draft or 0.0, kept.draft_prefill or 0.0
-    cost.bound()
+    kept.price(cost)
     if decision.uses:
         return f"used where it wins ({draft_ratio(cost)}); its cache catches up only when it drafts"
     tries = f"tried again after {max(decision.wait - decision.runs, 0)} more runs, within the budget for tries"

@@ -18,6 +18,7 @@ from prompt_toolkit.key_binding import KeyBindings
 
 from localspec.api import SamplerSettings
 from localspec.errors import LocalspecError
+from localspec.files import atomic_file
 from localspec.frontends.conversation import Conversation, find_session, saved_sessions
 from localspec.settings import CHAT_SETTABLE, SETTINGS
 
@@ -177,12 +178,8 @@ def private_history(path: Path, keep: int = MAX_HISTORY) -> None:
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if line.startswith("# ")]
     if len(starts) > keep:
-        cut = starts[-keep]
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(["\n", *lines[cut:]])
-        os.replace(tmp, path)
+        with atomic_file(path) as f:  # its temporary file, and so the history, is the user's alone
+            f.writelines(["\n", *lines[starts[-keep] :]])
 
 
 def _bad(message: str) -> NoReturn:

@@ -93,19 +93,18 @@ def chat_tokens(
     if len(set(shown)) != len(shown):
         raise Unsupported(f"{model.name}'s chat template repeats message text", "messages")
     whole = _render(fmt, plain, tools)
-    written = {int(i): texts[int(i)] for i in shown}
-    if _joined(parts, written) != whole:  # the template transforms text (escapes it, trims it)
+    written = _aligned(parts, {i: texts[int(i)] for i in shown}, whole)  # the texts as they are, or trimmed
+    if written is None:  # the template transforms text (escapes it): what it writes between two markers
         counter = iter(range(len(texts)))
         wrapped = _render(fmt, [slotted(m, wrap=True) for m in plain], tools)
         found = dict(re.findall(f"lsb{nonce}n(\\d+)e(.*?)lse{nonce}n\\1e", wrapped, flags=re.DOTALL))
-        aligned = _aligned(parts, found, whole)
-        if aligned is None:
-            raise Unsupported(
-                "the chat template writes the rest of the conversation differently with this conversation's text: "
-                "localspec cannot keep that text apart from the template's own markup",
-                "messages",
-            )
-        written = aligned
+        written = _aligned(parts, found, whole)
+    if written is None:
+        raise Unsupported(
+            "the chat template writes the rest of the conversation differently with this conversation's text: "
+            "localspec cannot keep that text apart from the template's own markup",
+            "messages",
+        )
     verbatim = {i for i in written if written[i] == texts[i]}
     own = {slot: index for index, slot in contents.items() if slot in verbatim and "tokens" in messages[index]}
     tokens: list[int] = []
@@ -141,11 +140,6 @@ def _aligned(parts: list[str], found: dict[str, str], whole: str) -> dict[int, s
         written[int(part)] = fits[0]
         at += len(fits[0])
     return written if at == len(whole) else None
-
-
-def _joined(parts: list[str], written: dict[int, str]) -> str:
-    """The skeleton's markup with each slot's written text in place."""
-    return "".join(written[int(p)] if i % 2 else p for i, p in enumerate(parts))
 
 
 def _for_template(m: Message) -> Message:
