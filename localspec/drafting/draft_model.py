@@ -229,13 +229,13 @@ class DraftModelDrafter(Drafter):
         for _ in range(k):
             t0, n0 = self.clock(), model.n_decoded
             logits = model.sync(ctx + out)[-1]  # catches up on ctx first when behind
-            n = model.n_decoded - n0
+            n, seconds = model.n_decoded - n0, self.clock() - t0
             if self.cost is not None and n == 1:
-                self.cost.observe_draft(self.clock() - t0)
+                self.cost.observe_draft(seconds)
             elif n >= _CATCH_UP:
-                self.realized.catch_up += self.clock() - t0
+                self.realized.catch_up += seconds
                 if self.cost is not None:
-                    self.cost.observe_draft_prefill((self.clock() - t0) / n)
+                    self.cost.observe_draft_prefill(seconds / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
         return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -41,6 +42,15 @@ class AsciiJSON(JSONResponse):
 
     def render(self, content: object) -> bytes:
         return json.dumps(content, separators=(",", ":")).encode()
+
+
+async def send_error(send: Any, error: ApiError) -> None:
+    """Answer with `error` at the ASGI level (before or beside the app: the guard, the connection cap)."""
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class BodyRefused(HTTPException):

@@ -9,13 +9,12 @@ refused unless named with --cors. Ollama and Jupyter check both for the same rea
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from localspec.frontends.server.errors import ApiError, BodyRefused
+from localspec.frontends.server.errors import ApiError, BodyRefused, send_error
 from localspec.frontends.server.schemas import MAX_MESSAGES, MAX_TOOLS
 from localspec.frontends.server.worker import Ticket
 
@@ -129,7 +128,7 @@ class Guard:
                 ticket = scope.setdefault("state", {})["ticket"] = self.admit()
         except ApiError as error:
             self.say(f"localspec: {scope['method']} {scope['path']} {error.status} {error.code}")
-            return await _send_error(send, error)
+            return await send_error(send, error)
         seen, whole, started = 0, False, False
         deadline = asyncio.get_running_loop().time() + self.body_seconds  # for the whole body, not each piece
         roles, tail, chat = 0, b"", scope["path"] == "/v1/chat/completions"
@@ -166,18 +165,10 @@ class Guard:
         except BodyRefused as e:  # refused outside a route's body parsing
             if not started:
                 self.say(f"localspec: {scope['method']} {scope['path']} {e.error.status} {e.error.code}")
-                await _send_error(send, e.error)
+                await send_error(send, e.error)
         finally:
             if ticket is not None:
                 ticket.release()
 
     def _too_slow(self) -> ApiError:
         return ApiError(408, f"the request body did not arrive within {self.body_seconds:g} s", code="body_timeout")
-
-
-async def _send_error(send: Any, error: ApiError) -> None:
-    body = json.dumps(error.body()).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

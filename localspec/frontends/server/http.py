@@ -12,11 +12,12 @@ Bodies are timed by the guard, idle keep-alive connections by uvicorn, slow read
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from localspec.frontends.server.errors import ApiError, send_error
 
 # The kernel's send buffer of a connection. Left to itself Linux grows it to megabytes, which swallow a whole
 # answer streamed to a client that reads nothing (2,000 tokens with 20 log-probabilities each), so the worker
@@ -80,25 +81,14 @@ def _capped(app: Any, connections: set[Any], limit: int) -> Any:
     async def capped(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or len(connections) <= limit:
             return await app(scope, receive, send)
-        body = json.dumps(
-            {
-                "error": {
-                    "message": f"the server has {limit} connections open, its most (see --max-connections); "
-                    "retry shortly",
-                    "type": "server_error",
-                    "param": None,
-                    "code": "too_many_connections",
-                }
-            }
-        ).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"retry-after", b"2"),
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        error = ApiError(
+            503,
+            f"the server has {limit} connections open, its most (see --max-connections); retry shortly",
+            kind="server_error",
+            code="too_many_connections",
+            headers={"Retry-After": "2", "Connection": "close"},
+        )
+        await send_error(send, error)
 
     return capped
 

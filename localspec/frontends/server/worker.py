@@ -129,18 +129,21 @@ class Worker:
         buffer: asyncio.Queue[Generation | Sent | BaseException | None],
     ) -> None:
         """Run the generation on the worker thread into `buffer`, holding the lock; give up when the client
-        went away, or has not taken a piece for `stall_seconds` (it stopped reading). The buffer ends with
-        None, after an exception where one stopped the generation (a 4xx before decoding, a failure after)."""
+        went away, or has kept it waiting `stall_seconds` in all (it reads too slowly, or not at all). The
+        buffer ends with None, after an exception where one stopped the generation (a 4xx before decoding, a
+        failure after)."""
         pieces: Generator[Piece, None, None] | None = None
         end: BaseException | None = None
-        budget = [self.stall_seconds]  # what the client may keep the generation waiting, in all
+        budget = self.stall_seconds  # what the client may keep the generation waiting, in all
         try:
             run = await self.call(start)
             buffer.put_nowait(run)
             pieces = iter(run)  # a generator: closing it ends the generation
             while not left.is_set() and (piece := await self.call(next, pieces, None)) is not None:
-                if not await self._put(buffer, Sent(piece, len(run.logprobs or ())), left, budget):
+                waited = await self._put(buffer, Sent(piece, len(run.logprobs or ())), left, budget)
+                if waited is None:
                     break
+                budget -= waited
         except Exception as e:
             end = e
         finally:  # ends the generation (its stats, the caches) on the worker thread, then the next one runs
@@ -148,20 +151,19 @@ class Worker:
                 self.thread.submit(pieces.close)
             self.lock.release()
         if end is not None:
-            await self._put(buffer, end, left, [self.stall_seconds])
-        await self._put(buffer, None, left, [self.stall_seconds])
+            await self._put(buffer, end, left, self.stall_seconds)
+        await self._put(buffer, None, left, self.stall_seconds)
 
-    async def _put(self, buffer: asyncio.Queue[Any], item: Any, left: asyncio.Event, budget: list[float]) -> bool:
-        """Put `item` in the buffer unless the client goes away, or leaves it full longer than what is left of
-        its `budget` of seconds (False; what it waited is taken from the budget)."""
+    async def _put(self, buffer: asyncio.Queue[Any], item: Any, left: asyncio.Event, budget: float) -> float | None:
+        """Put `item` in the buffer unless the client goes away, or leaves it full longer than `budget` seconds
+        (None); the seconds it waited."""
         if buffer.full():
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             put, gone = asyncio.ensure_future(buffer.put(item)), asyncio.ensure_future(left.wait())
-            await asyncio.wait((put, gone), timeout=max(budget[0], 0.0), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((put, gone), timeout=max(budget, 0.0), return_when=asyncio.FIRST_COMPLETED)
             put.cancel()
             gone.cancel()
-            budget[0] -= loop.time() - t0
             if not put.done() or put.cancelled():
                 if not left.is_set():
                     self.say(
@@ -169,7 +171,7 @@ class Worker:
                         "too slowly, or not at all): its generation stopped"
                     )
                     left.set()
-                return False
-            return True
+                return None
+            return loop.time() - t0
         buffer.put_nowait(item)
-        return True
+        return 0.0
