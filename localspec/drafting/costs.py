@@ -122,13 +122,13 @@ class CostModel:
 
     def _slope(self) -> float:
         """The seconds an extra token adds to a batch beyond the largest measured: the last measured slope, or
-        where one size is all that is known, twice what a prefill's token cost (small batches use the machine
-        less well than a prefill), else half the per-token cost; never more than the per-token cost."""
+        where one size is all that is known, half the per-token cost, less where a prefill's token cost under a
+        quarter of it (twice that, then: small batches use the machine less well than a prefill)."""
         ns, v = self._ns, self.verify
         b = ns[-1]
         if len(ns) > 1:
             return max((v[b] - v[ns[-2]]) / (b - ns[-2]), v[b] / b * 0.5)
-        return min(2 * self.prefill, v[b] / b) if self.prefill else v[b] / b * 0.5
+        return min(2 * self.prefill, v[b] / b * 0.5) if self.prefill else v[b] / b * 0.5
 
     def observe_prefill(self, n: int, seconds: float) -> None:
         """Note a prefill of n tokens: what a batch costs per token where the curve knows one size only."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from localspec.drafting.costs import CostModel, amortized, best_k
+from localspec.drafting.costs import PROBE_ROWS, CostModel, amortized, best_k
 
 if TYPE_CHECKING:
     from localspec.drafting.draft_model import Realized
@@ -323,11 +323,12 @@ class DraftPolicy:
 
     def may_load(self, cost: CostModel, *, alpha: float, room: int) -> bool:
         """Whether it may be offered before it is loaded (its setup is then the planner's to amortize): an
-        exploration only where it promises a clear win over `room` tokens at the acceptance this answer
-        predicts; never once dropped."""
+        exploration only once this answer has measured a small batch (the batch probe, a copy) and where it then
+        promises a clear win over `room` tokens at the acceptance this answer predicts; never once dropped."""
         if self.dropped:
             return False
-        return self.choice != "explore" or clear_win(cost, alpha=alpha, room=room)
+        measured = any(2 <= n <= PROBE_ROWS for n in cost.verify)  # a small batch's cost, not a guess of it
+        return self.choice != "explore" or (measured and clear_win(cost, alpha=alpha, room=room))
 
     def judge(self, realized: Realized) -> None:
         """After its own rounds: an explored or tried draft model whose realized rounds lose is dropped."""
