@@ -216,17 +216,26 @@ def test_prediction_is_used_and_changes_nothing(server: Server, target: Model) -
 
 def test_a_request_can_cap_or_turn_off_drafting(server: Server, target: Model) -> None:
     """llama-server's `speculative.n_max`: 0 answers with the target alone, 2 drafts at most two tokens a round;
-    the text is the same every way."""
+    the text is the same every way. The answer itself as the prediction makes long drafts worth their price, so
+    the cap is seen to bite: the capped answer takes more of the target's passes."""
     client = server.client()
-    answers = {
-        n: _chat(client, EDIT, temperature=0, max_tokens=60, extra_body={"speculative.n_max": n}) for n in (0, 2)
-    }
     free = _chat(client, EDIT, temperature=0, max_tokens=60)
-    figures = {n: a.usage.model_extra["localspec"] for n, a in answers.items() if a.usage and a.usage.model_extra}
+    text = free.choices[0].message.content or ""
+    predicted = {"prediction": {"type": "content", "content": text}}
+    answers = {
+        n: _chat(client, EDIT, temperature=0, max_tokens=60, extra_body={"speculative.n_max": n, **predicted})
+        for n in (0, 2)
+    }
+    uncapped = _chat(client, EDIT, temperature=0, max_tokens=60, extra_body=predicted)
+    figures = {
+        n: a.usage.model_extra["localspec"]
+        for n, a in [*answers.items(), (None, uncapped)]
+        if a.usage and a.usage.model_extra
+    }
     assert figures[0]["drafted"] == 0 and 0 < figures[2]["drafted"] <= 2 * figures[2]["target_passes"]
-    assert free.usage is not None and free.usage.model_extra["localspec"]["drafted"] > figures[2]["drafted"]
-    for answer in answers.values():
-        _same(target, EDIT, answer.choices[0].message.content or "", free.choices[0].message.content or "")
+    assert figures[None]["target_passes"] < figures[2]["target_passes"]
+    for answer in [*answers.values(), uncapped]:
+        _same(target, EDIT, answer.choices[0].message.content or "", text)
     bad = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "speculative.n_max": -1},
