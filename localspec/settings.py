@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 Value = int | float | bool | str | None
+TRAINED_CTX_CAP = 32_768  # ctx 0 takes the target's trained context up to this (a 128k model's cache would not fit)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Setting:
     in_config: bool = True  # may be set in the config file
     in_chat: bool = False  # may be changed with /set in chat
     shown: str | None = None  # how `config show` names a None default
+    per_command: tuple[tuple[str, Value], ...] = ()  # (command, its own default) where a command differs
 
     @property
     def range_text(self) -> str:
@@ -207,7 +209,17 @@ SETTINGS: dict[str, Setting] = {
             in_config=False,
             in_chat=True,
         ),
-        Setting("ctx", int, 4096, "Context window in tokens, for both models.", ("--ctx",), 64, 1_048_576),
+        Setting(
+            "ctx",
+            int,
+            4096,
+            f"Context window in tokens, for both models; 0: the target's trained context, up to {TRAINED_CTX_CAP:,} "
+            "(serve's default: agents send thousands of tokens of tools and instructions).",
+            ("--ctx",),
+            0,
+            1_048_576,
+            per_command=(("serve", 0),),
+        ),
         Setting(
             "threads",
             int,
@@ -257,9 +269,11 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
-def default(name: str) -> Any:
-    """A setting's default, as the table has it (the one place defaults are written)."""
-    return SETTINGS[name].default
+def default(name: str, command: str | None = None) -> Any:
+    """A setting's default (`command`'s own where it has one), as the table has it (the one place defaults are
+    written)."""
+    setting = SETTINGS[name]
+    return dict(setting.per_command).get(command, setting.default) if command else setting.default
 
 
 # Which config-file settings reach which command (bench keeps its own greedy sampler unless told).

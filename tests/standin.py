@@ -1,17 +1,28 @@
 """A model-free stand-in for LocalSpec, for the server's own behaviour (timeouts, connections, queues): real
-Generations of a stand-in engine that write `piece` text `tokens` times, `pace` seconds a token."""
+Generations of a stand-in engine that write `piece` text `tokens` times, `pace` seconds a token; and the real app
+over it, served by uvicorn on a free local port (`Served`)."""
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import uvicorn
 
 from localspec.api import Generation
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Piece, Stats
 from localspec.decoding.engine import Request
+from localspec.frontends.server.app import create_app
+from localspec.frontends.server.run import server_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from stall_check import free_port
 
 
 class Run:
@@ -58,9 +69,12 @@ class StandIn:
     def piece(self, token: int) -> bytes:
         return b"word "
 
-    def generate(self, prompt: Any, *, max_tokens: int, seed: int | None = None, **_: Any) -> Generation:
+    def generate(
+        self, prompt: Any, *, max_tokens: int, seed: int | None = None, tools: Any = None, **_: Any
+    ) -> Generation:
         request = Request(tuple(self.tokens(prompt)), max_tokens, seed=seed or 0)
-        return Generation(self._engine, request)  # type: ignore[arg-type]
+        names = [t["function"]["name"] for t in tools or []]
+        return Generation(self._engine, request, names)  # type: ignore[arg-type]
 
     def check_response_format(self, form: Any) -> None:
         pass
@@ -69,3 +83,40 @@ class StandIn:
         pass
 
     notes: Sequence[str] = ()
+
+
+class Served:
+    """The app over `spec`, served by uvicorn in a thread as `localspec serve` serves it."""
+
+    def __init__(self, spec: StandIn, *, timeout: float = 1.0, max_connections: int = 64, max_queue: int = 16) -> None:
+        self.log: list[str] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(
+            spec,  # type: ignore[arg-type]
+            model_id="standin",
+            max_queue=max_queue,
+            body_seconds=timeout,
+            stall_seconds=timeout,
+            log=self.log.append,
+        )
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, timeout, max_connections))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        until(lambda: self.server.started, "the server to start")
+
+    @property
+    def connections(self) -> int:
+        return len(self.server.server_state.connections)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def until(condition: Callable[[], object], what: str, seconds: float = 60) -> None:
+    """Wait for an event: `condition` holding (looked at every 20 ms)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.02)

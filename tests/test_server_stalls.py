@@ -8,58 +8,17 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from standin import StandIn
-
-from localspec.frontends.server.app import create_app
-from localspec.frontends.server.run import server_config
+from standin import Served, StandIn, until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from stall_check import free_port, head, raw, request
+from stall_check import head, raw, request
 
 KB = "x" * 1000  # a piece of a kilobyte: a client that does not read fills its buffers in a few dozen tokens
-
-
-class Served:
-    """The app over `spec`, served by uvicorn in a thread as `localspec serve` serves it."""
-
-    def __init__(self, spec: StandIn, *, timeout: float = 1.0, max_connections: int = 64, max_queue: int = 16) -> None:
-        self.log: list[str] = []
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(
-            spec,  # type: ignore[arg-type]
-            model_id="standin",
-            max_queue=max_queue,
-            body_seconds=timeout,
-            stall_seconds=timeout,
-            log=self.log.append,
-        )
-        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, timeout, max_connections))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        until(lambda: self.server.started, "the server to start")
-
-    @property
-    def connections(self) -> int:
-        return len(self.server.server_state.connections)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
-def until(condition: Callable[[], object], what: str, seconds: float = 60) -> None:
-    """Wait for an event: `condition` holding (looked at every 20 ms)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -21,8 +21,9 @@ from localspec.drafting.probe import BatchProbe
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, exact_rows, gpu_offload_supported
 from localspec.models.catalog import default_pair, resolve
-from localspec.models.gguf import check_file
+from localspec.models.gguf import check_file, read_gguf
 from localspec.models.vocab import mismatch
+from localspec.settings import TRAINED_CTX_CAP, default
 
 COPIER = ("copier", "ngram")  # --draft values that mean the copier alone ("ngram": its older name)
 
@@ -51,7 +52,7 @@ class RunConfig:
     k: int | None = None  # None: the cost-aware choice each round
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     seed: int | None = None
-    ctx: int = 4096
+    ctx: int = 4096  # 0: the target's trained context (with_context)
     threads: int | None = None
     gpu_layers: int = -1
     draft_gpu_layers: int = -1
@@ -72,9 +73,18 @@ class RunConfig:
         return target, resolve(d_default.name if self.draft == "auto" else self.draft)
 
 
+def with_context(cfg: RunConfig, target_path: Path) -> RunConfig:
+    """cfg with its context in tokens: ctx 0 is the target's trained context, up to TRAINED_CTX_CAP."""
+    if cfg.ctx:
+        return cfg
+    trained = read_gguf(target_path, header_only=True).context_length or default("ctx")
+    return replace(cfg, ctx=min(trained, TRAINED_CTX_CAP))
+
+
 def load_models(cfg: RunConfig) -> tuple[Model, Model | None]:
     """Load target (and draft), refusing (before loading either) a pair whose vocabularies differ."""
     target_path, draft_path = cfg.paths()
+    cfg = with_context(cfg, target_path)
     check_pair(target_path, draft_path)
     return _load(cfg, target_path, cfg.gpu_layers), _load(cfg, draft_path, cfg.draft_gpu_layers) if draft_path else None
 
@@ -104,6 +114,7 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
     costs are saved.
     """
     target_path, draft_path = cfg.paths()
+    cfg = with_context(cfg, target_path)
     named = cfg.draft not in ("auto", *COPIER)
     if named:  # a draft the user named is checked at once; the default one before it is loaded
         check_pair(target_path, draft_path)

@@ -74,9 +74,10 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command the shared model, sampler and hardware options; it receives them as `cfg: RunConfig`."""
     sig = inspect.signature(func, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name != "cfg"]
+    own_default = {name: default(name, func.__name__) for name in _RUN_OPTIONS if name in SETTINGS}
     shared = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-        for name, (kind, default) in _RUN_OPTIONS.items()
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=own_default.get(name, value), annotation=kind)
+        for name, (kind, value) in _RUN_OPTIONS.items()
     ]
 
     @functools.wraps(func)

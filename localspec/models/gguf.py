@@ -130,6 +130,12 @@ class GGUFInfo:
         return _FILE_TYPES.get(int(ftype), f"type {ftype}") if isinstance(ftype, int) else "?"
 
     @property
+    def context_length(self) -> int | None:
+        """The context the model was trained for, where the header says."""
+        n = self.metadata.get(f"{self.architecture}.context_length")
+        return n if isinstance(n, int) and n > 0 else None
+
+    @property
     def n_vocab(self) -> int:
         return self.array_lengths.get("tokenizer.ggml.tokens", 0)
 

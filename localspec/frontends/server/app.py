@@ -1,4 +1,4 @@
-"""The routes: health, models, chat and text completions, behind the guard."""
+"""The routes: health, models, chat and text completions, responses, behind the guard."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from localspec.api import LocalSpec
 from localspec.frontends.server import errors
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.guard import LOOPBACK, Guard
-from localspec.frontends.server.responses import Shape
+from localspec.frontends.server.responses_api import ResponsesRequest, ResponsesShape
 from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
 from localspec.frontends.server.service import Service
+from localspec.frontends.server.shapes import Completions
 from localspec.frontends.server.worker import Worker
 
 SUPPORTED = [
@@ -113,12 +114,19 @@ def create_app(
     async def chat_completions(request: Request, req: ChatRequest) -> Any:
         messages = [m.for_template() for m in req.messages]
         max_tokens = req.max_completion_tokens or req.max_tokens
-        return await service.serve(request, req, Shape(True, model_id), messages, max_tokens)
+        return await service.serve(request, req, Completions(True, model_id, req.include_usage()), messages, max_tokens)
 
     @v1.post("/completions")
     async def completions(request: Request, req: CompletionRequest) -> Any:
         max_tokens = req.max_tokens or 16
-        return await service.serve(request, req, Shape(False, model_id), req.text(), max_tokens)
+        return await service.serve(
+            request, req, Completions(False, model_id, req.include_usage()), req.text(), max_tokens
+        )
+
+    @v1.post("/responses")
+    async def responses(request: Request, req: ResponsesRequest) -> Any:
+        shape = ResponsesShape(model_id, req)
+        return await service.serve(request, req, shape, req.messages(), req.max_output_tokens)
 
     app.include_router(v1)
     app.state.worker = service.worker

@@ -123,12 +123,11 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class RequestBase(BaseModel):
-    """Fields that chat and text completions share."""
+class Common(BaseModel):
+    """What every generating endpoint takes: the model, sampling, streaming, the drafting cap, a prediction."""
 
     model_config = ConfigDict(extra="ignore")
     model: str
-    max_tokens: Annotated[int | None, Field(ge=1)] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -144,16 +143,8 @@ class RequestBase(BaseModel):
     top_k: int | None = None
     min_p: float | None = None
     seed: int | None = None
-    stop: str | list[str] | None = None
     stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int | None = None
-    top_logprobs: Annotated[int | None, Field(ge=0, le=MAX_LOGPROBS)] = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
-    functions: list[Any] | None = None
-    response_format: ResponseFormat | None = None
+    prediction: Prediction | None = None  # OpenAI's Predicted Outputs (an extension beyond chat completions)
     # llama-server's per-request drafting cap: the most tokens a round drafts (0: the target alone)
     speculative_n_max: Annotated[int | None, Field(ge=0, le=64, alias="speculative.n_max")] = None
 
@@ -162,6 +153,31 @@ class RequestBase(BaseModel):
     def _in_range(cls, v: Any, info: ValidationInfo) -> Any:
         """The ranges of the settings table (the same as the command line's)."""
         return v if v is None else SETTINGS[str(info.field_name)].check(v)
+
+    def check(self) -> None:
+        """What no single field shows (a 400 naming the field)."""
+
+    def stops(self) -> list[str]:
+        return []
+
+    def options(self) -> dict[str, Any]:
+        """LocalSpec.generate's arguments for what this request asks beyond sampling."""
+        return {}
+
+
+class RequestBase(Common):
+    """Fields that chat and text completions share."""
+
+    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    stop: str | list[str] | None = None
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=MAX_LOGPROBS)] = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    functions: list[Any] | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("stop")
     @classmethod
@@ -193,11 +209,13 @@ class RequestBase(BaseModel):
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
 
 class ChatRequest(RequestBase):
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
-    prediction: Prediction | None = None
     logprobs: bool | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
@@ -228,7 +246,6 @@ class ChatRequest(RequestBase):
 
 class CompletionRequest(RequestBase):
     prompt: str | list[str]
-    prediction: Prediction | None = None  # an extension: the same draft source for raw completions
     suffix: str | None = None  # fill-in-the-middle
     logprobs: Annotated[int | None, Field(ge=0, le=MAX_LOGPROBS)] = None  # alternatives per token
     echo: bool = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -16,16 +15,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from localspec.api import ContextFull, Generation, LocalSpec, ToolCallStream, prediction_usage
 from localspec.errors import LocalspecError, Unsupported
 from localspec.frontends.server.errors import ApiError
-from localspec.frontends.server.responses import (
-    Served,
-    Shape,
-    call_deltas,
-    chat_logprobs,
-    completion_logprobs,
-    sse,
-    usage,
-)
-from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
+from localspec.frontends.server.schemas import Common, CompletionRequest
+from localspec.frontends.server.shapes import Served, Shape
 from localspec.frontends.server.worker import ClientGone, Sent, Worker, watch_disconnect
 
 Stream = AsyncGenerator[Sent | Generation, None]
@@ -44,9 +35,7 @@ class Service:
     ) -> None:
         self.spec, self.model_id, self.worker, self.log_prompts, self.say = spec, model_id, worker, log_prompts, say
 
-    def _begin(
-        self, prompt: Any, req: ChatRequest | CompletionRequest, max_tokens: int | None
-    ) -> Callable[[], Generation]:
+    def _begin(self, prompt: Any, req: Common, max_tokens: int | None) -> Callable[[], Generation]:
         """What the worker runs first: the generation set up (tokenized, checked), not yet decoding."""
         spec, defaults = self.spec, self.spec.config.sampler
 
@@ -75,9 +64,7 @@ class Service:
 
         return begin
 
-    async def serve(
-        self, request: Request, req: ChatRequest | CompletionRequest, shape: Shape, prompt: Any, max_tokens: int | None
-    ) -> Any:
+    async def serve(self, request: Request, req: Common, shape: Shape, prompt: Any, max_tokens: int | None) -> Any:
         """Answer one request: a whole JSON response, or a stream of server-sent events."""
         t0 = time.perf_counter()
         if req.model != self.model_id:
@@ -102,14 +89,12 @@ class Service:
             watcher.cancel()
             raise
         assert isinstance(run, Generation)
-        rid, now = f"{'chatcmpl' if shape.chat else 'cmpl'}-{secrets.token_hex(12)}", int(time.time())
+        rid, now = shape.new_id(), int(time.time())
         first: list[float] = []
 
         def done() -> Served:
             predicted = None if run.prediction is None else prediction_usage(run.prediction, run.tokens)
-            logprobs = None
-            if run.logprobs is not None:
-                logprobs = (chat_logprobs if shape.chat else completion_logprobs)(run.logprobs, self.spec.piece)
+            logprobs = None if run.logprobs is None else shape.logprobs(run.logprobs, self.spec.piece)
             served = Served(
                 run.content,
                 run.stats,
@@ -138,13 +123,12 @@ class Service:
             finally:
                 watcher.cancel()
                 await stream.aclose()
-            return JSONResponse(shape.final(rid, now, done()))
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        events = self._events(request, stream, run, shape, rid, now, first, done, include_usage, watcher)
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+            return JSONResponse(shape.final(rid, now, done()), headers=shape.headers())
+        events = self._events(request, stream, run, shape, rid, now, first, done, watcher)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **shape.headers()}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
-    async def _fit(self, prompt: Any, max_tokens: int | None, req: ChatRequest | CompletionRequest) -> int:
+    async def _fit(self, prompt: Any, max_tokens: int | None, req: Common) -> int:
         """Refuse, before queueing, what cannot fit the context: the prompt, the prediction, max_tokens
         (OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
         spec, n_ctx, prediction = self.spec, self.spec.engine.target.n_ctx, req.prediction
@@ -202,59 +186,48 @@ class Service:
         now: int,
         first: list[float],
         done: Callable[[], Served],
-        include_usage: bool,
         watcher: asyncio.Task[None],
     ) -> AsyncIterator[bytes]:
         served: Served | None = None
         failed = False
         calls = ToolCallStream(run.tool_names) if run.tool_names else None
         sent = 0  # tokens whose log-probabilities went out
-        offset = 0  # characters of text that went out (text completions' text_offset)
 
         def logprobs(upto: int | None = None) -> dict[str, Any] | None:
             """The log-probabilities not sent yet, up to the `upto`-th (all of them at the end)."""
-            nonlocal sent, offset
+            nonlocal sent
             if run.logprobs is None:
                 return None
             upto = len(run.logprobs) if upto is None else upto
             new, sent = run.logprobs[sent:upto], upto
-            if shape.chat:
-                return chat_logprobs(new, self.spec.piece)
-            out = completion_logprobs(new, self.spec.piece, offset)
-            offset += sum(len(t) for t in out["tokens"])
-            return out
+            return shape.logprobs(new, self.spec.piece)
 
         try:
-            if shape.chat:
-                yield sse(shape.chunk(rid, now, None, None, role=True))
+            for event in shape.opening(rid, now):
+                yield event
             async for item in stream:
                 assert isinstance(item, Sent)
                 first.append(time.perf_counter())
                 text = calls.feed(item.piece.text) if calls else item.piece.text
-                if text or run.logprobs:
-                    yield sse(shape.chunk(rid, now, text, None, logprobs=logprobs(item.logprobs)))
+                for event in shape.delta(rid, now, text, logprobs(item.logprobs)):
+                    yield event
             if run.logprobs is not None and sent < len(run.logprobs):  # tokens that made no text (a stop string)
-                yield sse(shape.chunk(rid, now, "", None, logprobs=logprobs()))
-            if calls:
-                rest, made = calls.finish()
-                if rest:
-                    yield sse(shape.chunk(rid, now, rest, None))
-                for delta in call_deltas(made):
-                    yield sse(shape.chunk(rid, now, None, None, tool_calls=delta))
-            yield sse(shape.chunk(rid, now, None, run.finish_reason))
+                for event in shape.delta(rid, now, "", logprobs()):
+                    yield event
+            if calls and (rest := calls.finish()[0]):
+                for event in shape.delta(rid, now, rest, None):
+                    yield event
             served = done()
-            if include_usage:
-                chunk = {"id": rid, "object": shape.chunk_object, "created": now, "model": shape.model}
-                yield sse({**chunk, "choices": [], "usage": usage(served)})
-            yield sse("[DONE]")
+            for event in shape.closing(rid, now, served):
+                yield event
         except ClientGone:
             pass
         except Exception:  # a failure after the stream started: an error event, then the end of the stream
             failed = True
             self.say(f"localspec: {request.method} {request.url.path} 500 failed mid-stream\n{traceback.format_exc()}")
             error = ApiError(500, "the generation failed (the server's log has the details)", kind="server_error")
-            yield sse(error.body())
-            yield sse("[DONE]")
+            for event in shape.failure(rid, now, error):
+                yield event
         finally:
             watcher.cancel()
             with anyio.CancelScope(shield=True):  # a client that went away: stop the generation now

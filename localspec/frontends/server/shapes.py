@@ -1,13 +1,16 @@
-"""The response shapes: whole answers, stream chunks and usage, for chat and text completions."""
+"""The answers' shapes: what every endpoint's shape does (`Shape`), chat and text completions' chunks and
+usage."""
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from localspec.api import Stats, TokenLogprob, ToolCall
+from localspec.frontends.server.errors import ApiError
 
 Piece = Callable[[int], bytes]  # a token's bytes
 
@@ -67,34 +70,91 @@ def usage(served: Served) -> dict[str, Any]:
             "rejected_prediction_tokens": rejected,
             "reasoning_tokens": 0,
         },
-        "localspec": {
-            "seed": served.seed,
-            "drafted": st.drafted,
-            "accepted": st.accepted,
-            "target_passes": st.target_passes,
-            "time_to_first_token": served.first_token,
-            "prefill_seconds": st.prefill_seconds,
-            "tokens_per_second": st.tokens_per_second,
-            "drafted_by": st.drafted_by,
-            "accepted_by": st.accepted_by,
-        },
+        "localspec": figures(served),
     }
 
 
-def sse(data: dict[str, Any] | str) -> bytes:
-    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+def figures(served: Served) -> dict[str, Any]:
+    """What localspec adds to usage: the seed, the drafting, the times."""
+    st = served.stats
+    return {
+        "seed": served.seed,
+        "drafted": st.drafted,
+        "accepted": st.accepted,
+        "target_passes": st.target_passes,
+        "time_to_first_token": served.first_token,
+        "prefill_seconds": st.prefill_seconds,
+        "tokens_per_second": st.tokens_per_second,
+        "drafted_by": st.drafted_by,
+        "accepted_by": st.accepted_by,
+    }
 
 
-@dataclass(frozen=True)
-class Shape:
-    """How one endpoint's responses look: chat completions or text completions."""
+def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
+    """One server-sent event; `event` names it (the Responses API names each)."""
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+class Shape(Protocol):
+    """How one endpoint answers: whole, or as a stream of events made as the generation goes."""
+
+    def new_id(self) -> str: ...
+
+    def headers(self) -> dict[str, str]:
+        """Headers the answer carries beside the standard ones."""
+        ...
+
+    def logprobs(self, entries: list[TokenLogprob], piece: Piece) -> dict[str, Any] | None:
+        """The next tokens' log-probabilities in this endpoint's shape."""
+        ...
+
+    def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
+        """The whole answer."""
+        ...
+
+    def opening(self, rid: str, now: int) -> list[bytes]:
+        """The events before the first text."""
+        ...
+
+    def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
+        """The events for new text (and the log-probabilities of its tokens)."""
+        ...
+
+    def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
+        """The events after the last text: tool calls, the finish, usage, the end."""
+        ...
+
+    def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
+        """The events that end a stream whose generation failed."""
+        ...
+
+
+@dataclass
+class Completions:
+    """Chat completions' or text completions' shapes (`chat`), streamed usage where asked for."""
 
     chat: bool
     model: str
+    include_usage: bool = False
+    offset: int = 0  # characters whose log-probabilities went out (text completions' text_offset)
+
+    def logprobs(self, entries: list[TokenLogprob], piece: Piece) -> dict[str, Any] | None:
+        if self.chat:
+            return chat_logprobs(entries, piece)
+        out = completion_logprobs(entries, piece, self.offset)
+        self.offset += sum(len(t) for t in out["tokens"])
+        return out
 
     @property
     def chunk_object(self) -> str:
         return "chat.completion.chunk" if self.chat else "text_completion"
+
+    def new_id(self) -> str:
+        return f"{'chatcmpl' if self.chat else 'cmpl'}-{secrets.token_hex(12)}"
+
+    def headers(self) -> dict[str, str]:
+        return {}
 
     def chunk(
         self,
@@ -117,6 +177,23 @@ class Shape:
         else:
             choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         return {"id": rid, "object": self.chunk_object, "created": now, "model": self.model, "choices": [choice]}
+
+    def opening(self, rid: str, now: int) -> list[bytes]:
+        return [sse(self.chunk(rid, now, None, None, role=True))] if self.chat else []
+
+    def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
+        return [sse(self.chunk(rid, now, text, None, logprobs=logprobs))] if text or logprobs else []
+
+    def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
+        out = [sse(self.chunk(rid, now, None, None, tool_calls=d)) for d in call_deltas(served.tool_calls)]
+        out.append(sse(self.chunk(rid, now, None, served.finish_reason)))
+        if self.include_usage:
+            chunk = {"id": rid, "object": self.chunk_object, "created": now, "model": self.model}
+            out.append(sse({**chunk, "choices": [], "usage": usage(served)}))
+        return [*out, sse("[DONE]")]
+
+    def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
+        return [sse(error.body()), sse("[DONE]")]
 
     def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
         if self.chat:
