@@ -27,23 +27,17 @@ from localspec.llama.model import Model
 from localspec.llama.template import chat_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from stall_check import UNREAD, head, raw, request  # the raw-socket clients of scripts/stall_check.py
+from stall_check import UNREAD, free_port, head, raw, request  # the raw-socket clients of scripts/stall_check.py
 
 CTX = "2048"
 MODEL = "qwen2.5-coder-1.5b-instruct"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
     """A `localspec serve` subprocess, its base URL and its stderr (the access log)."""
 
     def __init__(self, *args: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ["LOCALSPEC_DATA_DIR"]).parent / f"serve-{self.port}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -703,3 +697,48 @@ def test_suffix_without_fim_tokens_is_a_400(gemma_path: Path) -> None:
         assert "chat template" in e.value.body["message"]
     finally:
         assert s.stop() == 0
+
+
+def test_responses_answer_as_chat_completions_do(server: Server, target: Model) -> None:
+    """The Responses API through the openai client: the same text as chat completions, whole and streamed,
+    with the drafting (and its figures) of the same door."""
+    client = server.client()
+    want = _chat(client, EDIT, temperature=0, max_tokens=60).choices[0].message.content or ""
+    whole = client.responses.create(model=MODEL, input=EDIT, temperature=0, max_output_tokens=60)
+    _same(target, EDIT, whole.output_text, want)
+    assert whole.usage is not None and whole.usage.model_extra["localspec"]["drafted"] > 0
+    events = list(client.responses.create(model=MODEL, input=EDIT, temperature=0, max_output_tokens=60, stream=True))
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    assert streamed == events[-1].response.output_text
+    _same(target, EDIT, streamed, want)
+
+
+def test_a_responses_tool_call_and_its_result(server: Server) -> None:
+    """A function tool is called with well-formed arguments; the next request, carrying the call and its output,
+    is answered with text that uses the output (tool_choice none: this small model would call the tool again)."""
+    client = server.client()
+    tool = {"type": "function", **WEATHER["function"]}
+    question = "What is the weather in Oslo? Use the tool."
+    first = client.responses.create(model=MODEL, input=question, tools=[tool, {"type": "web_search"}], temperature=0)
+    [call] = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "get_weather" and "oslo" in json.loads(call.arguments)["city"].lower()
+    history = [
+        {"role": "user", "content": question},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "Snow, -4 C"},
+    ]
+    second = client.responses.create(
+        model=MODEL, input=history, tools=[tool], tool_choice="none", temperature=0, max_output_tokens=60
+    )
+    assert second.status == "completed" and ("-4" in second.output_text or "snow" in second.output_text.lower())
+
+
+def test_responses_json_schema_drafts_the_forced_tokens(server: Server) -> None:
+    """text.format json_schema: the answer validates, and the grammar's forced tokens were drafted."""
+    fmt = {"type": "json_schema", "name": "person", "schema": PERSON}
+    reply = server.client().responses.create(
+        model=MODEL, input="Describe a programmer as JSON.", text={"format": fmt}, temperature=0, max_output_tokens=120
+    )
+    jsonschema.validate(json.loads(reply.output_text), PERSON)
+    assert reply.usage is not None and reply.usage.model_extra["localspec"]["accepted_by"].get("forced", 0) > 0

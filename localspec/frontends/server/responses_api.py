@@ -127,6 +127,8 @@ class UnknownItem(BaseModel):
 
 def _item_kind(v: Any) -> str:
     kind = v.get("type", "message") if isinstance(v, dict) else getattr(v, "type", "message")
+    if not isinstance(kind, str):
+        return "unknown"
     if kind in ("message", "function_call", "custom_tool_call"):
         return "call" if kind != "message" else "message"
     if kind in ("function_call_output", "custom_tool_call_output"):
