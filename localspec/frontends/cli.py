@@ -363,7 +363,7 @@ def serve(
         int, typer.Option("--max-connections", min=1, max=100_000, help="Open connections; beyond them, 503.")
     ] = 128,
 ) -> None:
-    """Serve an OpenAI-compatible API (chat and text completions, streaming, Predicted Outputs)."""
+    """Serve an OpenAI-compatible API (chat and text completions, responses, streaming, Predicted Outputs)."""
     from localspec.frontends.server.run import serve_forever
 
     serve_forever(

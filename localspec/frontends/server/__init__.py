@@ -12,8 +12,9 @@ prompt) decodes only what is new: the target's cache keeps the longest common pr
 
 The package: errors (OpenAI's error shape), schemas (request bodies), guard (hosts, keys, body limits,
 admission), http (the connection's header timeout), worker (the queue, the llama thread, the bounded buffer
-between a generation and its client), responses (chunk, answer and usage shapes), service (a request turned
-into a generation), app (the routes) and run (uvicorn with its limits).
+between a generation and its client), shapes (how an endpoint answers: chat and text completions' chunks and
+usage), responses_api (OpenAI's Responses API: its request read as a chat, its output items and events), service
+(a request turned into a generation), app (the routes) and run (uvicorn with its limits).
 """
 
 from localspec.frontends.server.app import create_app
