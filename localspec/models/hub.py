@@ -141,6 +141,39 @@ def pull(repo: str, file: str | None = None) -> Path:
         raise _hub_error(e, repo, file) from None
 
 
+def unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hub cannot be reached now, or None when it answers (any HTTP status is an answer). One quick try:
+    huggingface-hub itself retries a refused connection for about 20 s before giving up."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    try:
+        urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as e:  # URLError, a timeout, a refused connection; a malformed HF_ENDPOINT
+        reason = getattr(e, "reason", e)
+        return f"cannot reach the Hugging Face Hub ({constants.ENDPOINT}: {reason})"
+    return None
+
+
+def download(repo: str, file: str, folder: Path) -> Path:
+    """Download repo's `file` into `folder` (not the shared cache: the caller verifies it before it is used);
+    an interrupted download resumes. One-line LocalspecError when the Hub cannot give it."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    try:
+        return Path(hf_hub_download(repo, file, local_dir=folder))
+    except Exception as e:
+        raise _hub_error(e, repo, file) from None
+
+
 def remove(cached: CachedFile) -> None:
     """Delete a pulled file: its snapshot link and, when no other snapshot uses it, its blob."""
     link = cached.path

