@@ -742,3 +742,29 @@ def test_responses_json_schema_drafts_the_forced_tokens(server: Server) -> None:
     )
     jsonschema.validate(json.loads(reply.output_text), PERSON)
     assert reply.usage is not None and reply.usage.model_extra["localspec"]["accepted_by"].get("forced", 0) > 0
+
+
+def test_the_edit_request_continue_sends(server: Server, target: Model) -> None:
+    """Continue's edit path: a streamed chat completion with usage asked for, the file being edited as the
+    prediction. The answer streams as it would without the prediction, drafted from the file."""
+    client = server.client()
+    messages = [
+        {"role": "system", "content": "You rewrite code as asked. Reply with the whole rewritten file only."},
+        {"role": "user", "content": EDIT},
+    ]
+    asked = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 80}
+    want = client.chat.completions.create(**asked).choices[0].message.content or ""
+    chunks = list(
+        client.chat.completions.create(
+            **asked,
+            stream=True,
+            stream_options={"include_usage": True},
+            prediction={"type": "content", "content": CODE},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens_details.accepted_prediction_tokens > 0
+    if text != want:  # the same text, bar a near tie of the target's scores
+        prompt = chat_tokens(target, messages)
+        assert_same_tokens(target, prompt, target.tokenize(text), target.tokenize(want), None, 0)
