@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Generator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +37,7 @@ from localspec.llama.grammar import grammar_tokenizer
 from localspec.llama.model import ContextFull, Model
 from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
 from localspec.models.catalog import catalog, default_pair
-from localspec.settings import SETTINGS, default
+from localspec.settings import checked, default
 
 __all__ = [
     "ANY_JSON_OBJECT",
@@ -176,6 +177,10 @@ class LocalSpec:
         messages = ([{"role": "system", "content": system}] if system else []) + list(prompt)
         return chat_tokens(target, messages, tools=list(tools) if tools else None)
 
+    def tokenize(self, text: str) -> list[int]:
+        """Text as the target's tokens, without a start token (llama.cpp's tokenizer: safe beside decoding)."""
+        return self.engine.target.tokenize(text)
+
     def piece(self, token: int) -> bytes:
         """The bytes a token of the target's writes (for showing log-probabilities)."""
         return self.engine.target.piece(token)
@@ -184,12 +189,13 @@ class LocalSpec:
         self,
         prompt: Prompt,
         *,
-        max_tokens: int = default("max_tokens"),
-        temperature: float = default("temperature"),
-        top_k: int = default("top_k"),
-        top_p: float = default("top_p"),
-        min_p: float = default("min_p"),
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
         seed: int | None = None,
+        sampler: SamplerSettings | None = None,
         stop: Sequence[str] = (),
         system: str | None = None,
         raw: bool = False,
@@ -205,6 +211,11 @@ class LocalSpec:
         """Start a generation (it runs as it is iterated). The sampler settings apply identically to the
         target and the drafts; a seed makes sampled text repeatable; temperature 0 is greedy.
 
+        Settings not given are the session's (what `LocalSpec.load` was given, else the settings table's):
+        `sampler` replaces the session's sampler settings, and `temperature`, `top_k`, `top_p`, `min_p` override
+        single ones of it; `seed` None is the session's seed (a fresh one where it has none); `max_tokens` None is
+        the table's.
+
         `prediction` is text the answer is expected to repeat (a file being rewritten, say): a draft
         source for this generation. It changes how fast the answer comes, never what it says.
         `response_format` is OpenAI's ({"type": "json_object"}, or "json_schema" with its schema) and
@@ -217,28 +228,23 @@ class LocalSpec:
         A bad setting raises ValueError naming it; a prompt that is empty or does not fit the context
         raises LocalspecError (ContextFull) here.
         """
-        settings = {
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "min_p": min_p,
-            "seed": seed,
-        }
-        for name, value in settings.items():
-            _check(name, value)
+        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
+        overrides: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
+        sampler = sampler or self.config.sampler
+        sampler = replace(sampler, **overrides) if overrides else sampler  # new values checked as it is made
+        max_tokens = default("max_tokens") if max_tokens is None else checked("max_tokens", max_tokens)
+        seed = self.config.seed if seed is None else checked("seed", seed)
         if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
             raise ValueError(f"logprobs: at most {MAX_LOGPROBS} alternatives, not {logprobs}")
         if max_draft is not None:
             if isinstance(max_draft, bool) or not isinstance(max_draft, int):
                 raise ValueError(f"max_draft: a whole number of tokens, not {max_draft!r}")
-            _check("max_draft", max_draft, "k")
+            checked("max_draft", max_draft, "k")
         target = self.engine.target
         calls = _tools_in_use(tools, tool_choice)
         grammar_text = _grammar(response_format, grammar, calls, tool_choice, target)
         tokens = self.tokens(prompt, system=system, raw=raw, suffix=suffix, tools=calls)
         self.engine.check_prompt(tokens)  # here, not at the first token: a caller can answer before streaming
-        sampler = SamplerSettings(temperature, top_k, top_p, min_p)
         constraint = (
             None if grammar_text is None else Constraint(grammar_tokenizer(target), grammar_text, target.n_vocab)
         )
@@ -273,7 +279,7 @@ class LocalSpec:
         if value is None and self.engine.cost is None:
             raise ValueError("k: automatic k needs the measured costs (load with k='auto')")
         if value is not None:
-            _check("k", value)
+            checked("k", value)
             if value > 0 and not self.engine.drafters:
                 raise ValueError("k: nothing drafts here (loaded with no_draft)")
         self.engine.k = value
@@ -286,6 +292,11 @@ class LocalSpec:
     def n_ctx(self) -> int:
         """The context the target holds, in tokens."""
         return self.engine.target.n_ctx
+
+    @property
+    def target_path(self) -> Path:
+        """The target's file."""
+        return self.engine.target.path
 
     @property
     def draft_path(self) -> Path | None:
@@ -356,10 +367,6 @@ def run_config(
     (localspec.drafting.base.register) to try before the built-in ones."""
     values = {
         "k": k,
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "min_p": min_p,
         "seed": seed,
         "ctx": ctx,
         "threads": threads,
@@ -367,7 +374,7 @@ def run_config(
         "draft_gpu_layers": draft_gpu_layers,
     }
     for name, value in values.items():
-        _check(name, value)
+        checked(name, value)
     return RunConfig(
         target=target,
         draft=draft,
@@ -445,11 +452,3 @@ def structure_grammar(response_format: dict[str, Any] | None, grammar: str | Non
         return None if grammar is None else compile_grammar("gbnf", grammar)
     except GrammarError as e:
         raise ValueError(f"{'grammar' if grammar is not None and kind == 'text' else 'response_format'}: {e}") from None
-
-
-def _check(name: str, value: object, setting: str | None = None) -> None:
-    """`value` within the range of the settings table's `setting` (default: `name`); ValueError naming `name`."""
-    try:
-        SETTINGS[setting or name].check(value)  # type: ignore[arg-type]
-    except ValueError as e:
-        raise ValueError(f"{name}: {e}") from None

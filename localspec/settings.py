@@ -269,6 +269,14 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
+def checked(name: str, value: Any, setting: str | None = None) -> Any:
+    """`value` as the settings table's `setting` (default: `name`) takes it; ValueError "name: why" otherwise."""
+    try:
+        return SETTINGS[setting or name].check(value)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+
+
 def default(name: str, command: str | None = None) -> Any:
     """A setting's default (`command`'s own where it has one), as the table has it (the one place defaults are
     written)."""

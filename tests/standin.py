@@ -58,9 +58,11 @@ class StandIn:
 
     def __init__(self, piece: str = "word ", pace: float = 0.001, n_ctx: int = 10**6) -> None:
         self.config = SimpleNamespace(sampler=SamplerSettings(), seed=None)
-        self.engine = SimpleNamespace(target=SimpleNamespace(n_ctx=n_ctx, tokenize=lambda s: [1] * len(s.split())))
         self.n_ctx = n_ctx
         self._engine = Engine(piece, pace)
+
+    def tokenize(self, text: str) -> list[int]:
+        return [1] * len(text.split())
 
     def tokens(self, prompt: Any, **_: Any) -> list[int]:
         text = prompt if isinstance(prompt, str) else " ".join(str(m.get("content")) for m in prompt)

@@ -16,6 +16,7 @@ from localspec import LocalSpec
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Drafter, register
 from localspec.drafting.copier import Copier
+from localspec.settings import Setting
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,3 +177,28 @@ def test_generations_keep_their_own_settings_whatever_the_order(target_path: Pat
         assert run.sampler.temperature == t and run.seed == seed
         sampler = SamplerSettings(temperature=t)
         assert_same_tokens(spec.engine.target, run.prompt_tokens, run.tokens, want.tokens, sampler, seed)
+
+
+def test_options_given_at_load_are_honoured_and_checked_once(
+    target_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`LocalSpec.load(temperature=0)` makes every generation greedy; a generation's own override wins for it
+    alone; each value is checked once, where it is given."""
+    checks: list[str] = []
+    check = Setting.check
+
+    def counted(self: Setting, value: object) -> object:
+        checks.append(self.name)
+        return check(self, value)
+
+    monkeypatch.setattr(Setting, "check", counted)
+    spec = LocalSpec.load(target=str(target_path), no_draft=True, temperature=0, ctx=512)
+    assert checks.count("temperature") == 1
+    checks.clear()
+    answers = {spec.generate("Name a color.", max_tokens=8).result() for _ in range(3)}
+    assert len(answers) == 1 and "temperature" not in checks  # the session's settings, checked when loaded
+    sampled = {spec.generate("Name a color.", max_tokens=8, temperature=1.5, seed=s).result() for s in range(6)}
+    assert len(sampled) > 1 and checks.count("temperature") == 6  # each override checked once
+    assert spec.generate("Name a color.", max_tokens=8).sampler.temperature == 0  # the override was its own
+    with pytest.raises(ValueError, match=r"^temperature: "):
+        spec.generate("Name a color.", temperature=-1)

@@ -46,7 +46,7 @@ def test_parse_accepts(name: str, text: str, value: object) -> None:
         ("min_p", "2"),
         ("max_tokens", "0"),
         ("seed", "-5"),
-        ("ctx", "1"),
+        ("ctx", "-1"),
         ("flash_attn", "maybe"),
     ],
 )
@@ -99,7 +99,7 @@ def test_a_config_that_is_not_utf8_is_one_line_and_help_still_shows(tmp_path: Pa
         ("--top-p", "0"),
         ("--min-p", "2"),
         ("--max-tokens", "0"),
-        ("--ctx", "1"),
+        ("--ctx", "-1"),
         ("--threads", "0"),
         ("--temperature", "inf"),
         ("--seed", "x"),
@@ -149,10 +149,12 @@ def test_every_default_is_the_settings_tables() -> None:
             same(f.name, f.default)
     for f in dataclasses.fields(SamplerSettings):
         same(f.name, f.default)
-    for fn in (run_config, LocalSpec.load, LocalSpec.generate):
+    for fn in (run_config, LocalSpec.load):
         for p in inspect.signature(fn).parameters.values():
             if p.name in SETTINGS:
                 same(p.name, p.default)
+    for p in inspect.signature(LocalSpec.generate).parameters.values():  # None: the session's, else the table's
+        assert p.name not in SETTINGS or p.default is None, p.name
     bench = next(c for c in typer.main.get_command(app).commands.values() if c.name == "bench")  # type: ignore[attr-defined]
     own = {"max_tokens": 400, "temperature": 0.0, "seed": 0}  # the bench's: long greedy answers, one fixed seed
     for p in bench.params:

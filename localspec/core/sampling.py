@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from localspec.settings import default
+from localspec.settings import checked, default
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,12 @@ class SamplerSettings:
     top_k: int = default("top_k")
     top_p: float = default("top_p")
     min_p: float = default("min_p")
+
+    def __post_init__(self) -> None:
+        """Every value within the settings table's range (ValueError naming it): checked here, once, whoever
+        builds the settings (a CLI flag, a chat's /set, a server field, an API call)."""
+        for f in fields(self):
+            object.__setattr__(self, f.name, checked(f.name, getattr(self, f.name)))
 
     @property
     def greedy(self) -> bool:

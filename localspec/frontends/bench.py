@@ -302,12 +302,11 @@ def run_bench(
             for st in strategies[r % len(strategies) :] + strategies[: r % len(strategies)]:
                 t0 = time.perf_counter()
                 spec = LocalSpec.from_config(st.config(base))
-                engine = spec.engine
                 load = time.perf_counter() - t0
                 gen = spec.generate(
                     p["prompt"],
                     max_tokens=max_tokens,
-                    **dataclasses.asdict(sampler),
+                    sampler=sampler,
                     seed=seed,
                     response_format=p.get("response_format"),
                     suffix=p.get("suffix"),
@@ -319,7 +318,7 @@ def run_bench(
                 totals[st.name].add(stats, load, speed)
                 notes += [n for n in spec.notes if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
                 spec.save_costs()
-                del spec, engine, run, gen  # free the models before the next run loads its own
+                del spec, run, gen  # free the models before the next run loads its own
                 if progress:
                     progress(f"{p['task']}: {st.name}")
         baseline = totals[strategies[0].name]

@@ -136,15 +136,11 @@ class Conversation:
         user = {"role": "user", "content": text}
         prompt = self._fit(user)
         self.messages.append(user)
-        s = self.sampler or SamplerSettings()
         run = self.spec.generate(
             prompt,
             system=self.system,
             max_tokens=self.max_tokens,
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            min_p=s.min_p,
+            sampler=self.sampler,
             seed=self.seed,
             response_format=self.response_format,
             prediction=self.prediction,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -39,18 +40,12 @@ def run_generate(
     with loading("loading models…"):
         spec = LocalSpec.from_config(cfg)
     loaded = time.perf_counter()
-    s = cfg.sampler
-    run = spec.generate(
+    run = spec.generate(  # the sampler and seed: the session's, as loaded from cfg
         text,
         raw=raw,
         system=system,
         max_tokens=max_tokens,
         stop=stops,
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        min_p=s.min_p,
-        seed=cfg.seed,
         prediction=prediction,
         **options,
     )
@@ -72,13 +67,10 @@ def run_generate(
     record = {
         "text": run.text,
         **st.to_dict(),
-        "k": "auto" if spec.engine.k is None else spec.engine.k,
-        "temperature": s.temperature,
-        "top_k": s.top_k,
-        "top_p": s.top_p,
-        "min_p": s.min_p,
+        "k": "auto" if spec.k is None else spec.k,
+        **dataclasses.asdict(run.sampler),  # the settings it sampled with
         "seed": run.seed,
-        "target": str(spec.engine.target.path),
+        "target": str(spec.target_path),
         "draft": str(draft) if draft else None,
         "notes": spec.notes,
     }

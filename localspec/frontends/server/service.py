@@ -37,19 +37,19 @@ class Service:
 
     def _begin(self, prompt: Any, req: Common, max_tokens: int | None) -> Callable[[], Generation]:
         """What the worker runs first: the generation set up (tokenized, checked), not yet decoding."""
-        spec, defaults = self.spec, self.spec.config.sampler
+        spec = self.spec
 
         def begin() -> Generation:
             try:
-                return spec.generate(
+                return spec.generate(  # settings the request leaves out (None) are the server's
                     prompt,
                     raw=isinstance(req, CompletionRequest),
-                    max_tokens=max_tokens or spec.engine.target.n_ctx,
+                    max_tokens=max_tokens or spec.n_ctx,
                     stop=req.stops(),
-                    temperature=defaults.temperature if req.temperature is None else req.temperature,
-                    top_k=defaults.top_k if req.top_k is None else req.top_k,
-                    top_p=defaults.top_p if req.top_p is None else req.top_p,
-                    min_p=defaults.min_p if req.min_p is None else req.min_p,
+                    temperature=req.temperature,
+                    top_k=req.top_k,
+                    top_p=req.top_p,
+                    min_p=req.min_p,
                     seed=req.seed,
                     prediction=req.prediction.text() if req.prediction else None,
                     max_draft=req.speculative_n_max,
@@ -131,12 +131,12 @@ class Service:
     async def _fit(self, prompt: Any, max_tokens: int | None, req: Common) -> int:
         """Refuse, before queueing, what cannot fit the context: the prompt, the prediction, max_tokens
         (OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
-        spec, n_ctx, prediction = self.spec, self.spec.engine.target.n_ctx, req.prediction
+        spec, n_ctx, prediction = self.spec, self.spec.n_ctx, req.prediction
         options, raw = req.options(), isinstance(req, CompletionRequest)
         where = "prompt" if raw else "messages"
 
         def count() -> tuple[int, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
-            predicted = len(spec.engine.target.tokenize(prediction.text())) if prediction else 0
+            predicted = len(spec.tokenize(prediction.text())) if prediction else 0
             tokens = spec.tokens(prompt, raw=raw, suffix=options.get("suffix"), tools=options.get("tools"))
             return len(tokens), predicted
 
