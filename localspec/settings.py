@@ -202,12 +202,13 @@ SETTINGS: dict[str, Setting] = {
             "max_tokens",
             int,
             512,
-            "Stop after this many new tokens.",
+            "Stop after this many new tokens (a chat's reply: 1024).",
             ("--max-tokens", "-n"),
             1,
             _INT_MAX,
             in_config=False,
             in_chat=True,
+            per_command=(("chat", 1024),),
         ),
         Setting(
             "ctx",
@@ -264,6 +265,48 @@ SETTINGS: dict[str, Setting] = {
             "text with or without drafting, near ties included. CPU only; needs llama-cpp-python built "
             "with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF (see docs/guide.md).",
             ("--exact",),
+        ),
+        # the server's own limits (serve only)
+        Setting(
+            "max_queue",
+            int,
+            16,
+            "Requests that may wait; beyond them, 503.",
+            ("--max-queue",),
+            1,
+            10_000,
+            in_config=False,
+        ),
+        Setting(
+            "max_connections",
+            int,
+            128,
+            "Open connections; beyond them, 503.",
+            ("--max-connections",),
+            1,
+            100_000,
+            in_config=False,
+        ),
+        Setting(
+            "client_timeout",
+            float,
+            30.0,
+            "Seconds a client may take to send its headers or body, or leave a stream unread, before it is dropped "
+            "(its generation stopped).",
+            ("--client-timeout",),
+            0.1,
+            86_400,
+            in_config=False,
+        ),
+        Setting(
+            "max_body",
+            int,
+            16 * 2**20,
+            "Largest request body in bytes; beyond it, 413.",
+            ("--max-body",),
+            1024,
+            2**31,
+            in_config=False,
         ),
     ]
 }

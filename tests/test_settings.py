@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from localspec.config import load_config
 from localspec.errors import LocalspecError
 from localspec.frontends.cli import app
-from localspec.settings import CHAT_SETTABLE, CONFIG_KEYS, SETTINGS
+from localspec.settings import CHAT_SETTABLE, CONFIG_KEYS, SETTINGS, default
 
 
 @pytest.mark.parametrize(
@@ -160,3 +160,14 @@ def test_every_default_is_the_settings_tables() -> None:
     for p in bench.params:
         if p.name in SETTINGS:
             assert p.default == own[p.name] if p.name in own else same(p.name, p.default) is None, p.name
+    commands = {c.name: c for c in typer.main.get_command(app).commands.values()}  # type: ignore[attr-defined]
+    for name in ("generate", "chat", "serve"):
+        for p in commands[name].params:
+            if p.name in SETTINGS:
+                assert p.default == default(p.name, name), (name, p.name, p.default)
+    from localspec.frontends.conversation import Conversation
+    from localspec.frontends.server.app import create_app
+
+    assert Conversation.__dataclass_fields__["max_tokens"].default == default("max_tokens", "chat")
+    server = inspect.signature(create_app).parameters
+    assert server["max_queue"].default == default("max_queue") and server["max_body"].default == default("max_body")

@@ -46,18 +46,18 @@ class RunConfig:
     """Everything needed to load a model pair and sample from it."""
 
     target: str | None = None
-    draft: str = "auto"  # "auto" (default draft model + the copier), "copier" (or "ngram"), or a draft model
+    draft: str = default("draft")  # "auto" (default draft model + the copier), "copier" (or "ngram"), or a model
     no_draft: bool = False
     copier: bool = True  # the copier beside the draft model
-    k: int | None = None  # None: the cost-aware choice each round
+    k: int | None = None  # None: the cost-aware choice each round ("auto" in the table)
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
-    seed: int | None = None
-    ctx: int = 4096  # 0: the target's trained context (with_context)
-    threads: int | None = None
-    gpu_layers: int = -1
-    draft_gpu_layers: int = -1
-    flash_attn: bool = False
-    exact: bool = False  # verify in batches whose logits are one-token decoding's to the bit (llama.model.exact_rows)
+    seed: int | None = default("seed")
+    ctx: int = default("ctx")  # 0: the target's trained context (with_context)
+    threads: int | None = default("threads")
+    gpu_layers: int = default("gpu_layers")
+    draft_gpu_layers: int = default("draft_gpu_layers")
+    flash_attn: bool = default("flash_attn")
+    exact: bool = default("exact")  # batches whose logits are one-token decoding's to the bit (llama.model.exact_rows)
     drafters: tuple[str, ...] = ()  # registered drafters (localspec.drafting.base.register), tried first
 
     @property

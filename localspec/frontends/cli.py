@@ -261,7 +261,7 @@ def generate(
 @run_options
 def chat(
     cfg: RunConfig,
-    max_tokens: MaxTokens = 1024,
+    max_tokens: MaxTokens = default("max_tokens", "chat"),
     system: System = None,
     resume: Annotated[
         str | None,
@@ -331,9 +331,7 @@ def serve(
     model_alias: Annotated[
         str | None, typer.Option("--model-alias", help="The model id clients use (default: the target's name).")
     ] = None,
-    max_queue: Annotated[
-        int, typer.Option("--max-queue", min=1, max=10_000, help="Requests that may wait; beyond them, 503.")
-    ] = 16,
+    max_queue: Annotated[int, _option("max_queue")] = default("max_queue"),
     log_prompts: Annotated[bool, typer.Option("--log-prompts", help="Put prompt text in the access log.")] = False,
     allow_host: Annotated[
         list[str] | None,
@@ -346,22 +344,9 @@ def serve(
         list[str] | None,
         typer.Option("--cors", help="Let web pages of this origin call the API from a browser (repeatable)."),
     ] = None,
-    max_body: Annotated[
-        int, typer.Option("--max-body", min=1024, max=2**31, help="Largest request body in bytes; beyond it, 413.")
-    ] = 16 * 2**20,
-    client_timeout: Annotated[
-        float,
-        typer.Option(
-            "--client-timeout",
-            min=0.1,
-            max=86_400,
-            help="Seconds a client may take to send its headers or body, or leave a stream unread, before it is "
-            "dropped (its generation stopped).",
-        ),
-    ] = 30.0,
-    max_connections: Annotated[
-        int, typer.Option("--max-connections", min=1, max=100_000, help="Open connections; beyond them, 503.")
-    ] = 128,
+    max_body: Annotated[int, _option("max_body")] = default("max_body"),
+    client_timeout: Annotated[float, _option("client_timeout")] = default("client_timeout"),
+    max_connections: Annotated[int, _option("max_connections")] = default("max_connections"),
 ) -> None:
     """Serve an OpenAI-compatible API (chat and text completions, responses, streaming, Predicted Outputs)."""
     from localspec.frontends.server.run import serve_forever

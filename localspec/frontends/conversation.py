@@ -21,6 +21,7 @@ from localspec.api import Generation, LocalSpec, Message, Piece, SamplerSettings
 from localspec.errors import LocalspecError
 from localspec.files import locked, write_json
 from localspec.paths import data_dir
+from localspec.settings import default
 
 SAVE_VERSION = 1
 LATEST = "latest"  # `--resume` alone: the newest saved conversation
@@ -65,7 +66,7 @@ class Conversation:
 
     spec: LocalSpec
     system: str | None = None
-    max_tokens: int = 1024
+    max_tokens: int = default("max_tokens", "chat")
     sampler: SamplerSettings | None = None
     seed: int | None = None
     response_format: dict | None = None  # OpenAI's: every reply follows it (a JSON schema, say)

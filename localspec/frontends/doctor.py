@@ -10,6 +10,7 @@ from localspec.drafting.calibration import cached_costs, file_bound, kept, model
 from localspec.drafting.policy import verdict
 from localspec.errors import LocalspecError
 from localspec.llama.model import EXACT_BUILD, Model, gpu_offload_supported, llamafile_built
+from localspec.settings import default
 
 
 @dataclass
@@ -52,13 +53,13 @@ def _keys(target: Path, draft: Path, threads: int, ctx: int) -> tuple[str, str]:
     )
 
 
-def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
+def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = default("ctx")) -> str:
     """What `generate` does with the draft model here, as its policy says (default settings)."""
     keys = _keys(target, draft, threads, ctx)
     return verdict(kept(*keys), cached_costs(keys[0]), file_bound(target, draft))
 
 
-def learned_curve(target: Path, draft: Path, threads: int, ctx: int = 4096) -> str:
+def learned_curve(target: Path, draft: Path, threads: int, ctx: int = default("ctx")) -> str:
     """The verify costs `generate` uses here (default settings), one line: what the probe is compared with."""
     cost = cached_costs(_keys(target, draft, threads, ctx)[0])
     if cost is None:

@@ -21,6 +21,7 @@ import numpy as np
 from localspec.errors import LocalspecError, Unsupported
 from localspec.files import atomic_path, locked
 from localspec.models.gguf import read_gguf
+from localspec.settings import default
 
 
 @llama_cpp.llama_log_callback
@@ -130,7 +131,7 @@ class Model:
         self,
         path: Path,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int = default("ctx"),
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
         n_batch: int = 512,

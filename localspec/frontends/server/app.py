@@ -19,6 +19,7 @@ from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
 from localspec.frontends.server.service import Service
 from localspec.frontends.server.shapes import Completions
 from localspec.frontends.server.worker import Worker
+from localspec.settings import default
 
 SUPPORTED = [
     "max_tokens",
@@ -48,14 +49,14 @@ def create_app(
     *,
     model_id: str,
     api_key: str | None = None,
-    max_queue: int = 16,
+    max_queue: int = default("max_queue"),
     log_prompts: bool = False,
     log: Callable[[str], None] | None = None,
     hosts: frozenset[str] | None = LOOPBACK,
     cors: frozenset[str] = frozenset(),
-    max_body: int = 16 * 2**20,
-    body_seconds: float = 30.0,
-    stall_seconds: float = 30.0,
+    max_body: int = default("max_body"),
+    body_seconds: float = default("client_timeout"),
+    stall_seconds: float = default("client_timeout"),
 ) -> FastAPI:
     """The ASGI app serving `spec` under the model id `model_id`.
 

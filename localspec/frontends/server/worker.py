@@ -58,7 +58,7 @@ class Ticket:
 class Worker:
     """Runs generations one at a time, in arrival order, on the one thread that calls llama.cpp."""
 
-    def __init__(self, max_queue: int, stall_seconds: float = 30.0, say: Callable[[str], None] = print) -> None:
+    def __init__(self, max_queue: int, stall_seconds: float, say: Callable[[str], None] = print) -> None:
         self.max_queue, self.stall_seconds, self.say = max_queue, stall_seconds, say
         self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localspec-llama")
         self.lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
