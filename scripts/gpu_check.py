@@ -81,8 +81,9 @@ def prepare(bundle: Path) -> None:
 
 def write_headers(bundle: Path, target: Path | None = None, draft: Path | None = None) -> None:
     """The headers of the pair (default: the default pair) the twins are made from."""
+    from twin import header_of
+
     from localspec.models.catalog import default_pair, resolve
-    from localspec.models.twin import header_of
 
     pair = default_pair()
     bundle.mkdir(parents=True, exist_ok=True)
@@ -104,6 +105,8 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
 
     os.environ.setdefault("LOCALSPEC_CACHE_DIR", tempfile.mkdtemp(prefix="gpu-check-cache-"))
 
+    from twin import write_twin
+
     from localspec.core.sampling import SamplerSettings
     from localspec.decoding.engine import Request
     from localspec.decoding.loader import RunConfig, default_threads, load_engine
@@ -112,7 +115,6 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     from localspec.drafting.policy import PROBE_ALPHA, clear_win
     from localspec.llama.model import Model, build
     from localspec.llama.template import chat_tokens
-    from localspec.models.twin import write_twin
 
     out.mkdir(parents=True, exist_ok=True)
     work = models or Path(tempfile.mkdtemp(prefix="gpu-check-"))

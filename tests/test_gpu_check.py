@@ -11,13 +11,12 @@ import pytest
 
 from localspec.llama.model import Model
 from localspec.models.gguf import read_gguf
-from localspec.models.twin import header_of, write_twin
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-
 import gpu_check  # noqa: E402
 from replay import replay  # noqa: E402
+from twin import header_of, write_twin  # noqa: E402
 
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}
 GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0.020}

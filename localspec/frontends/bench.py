@@ -220,8 +220,8 @@ class _Clock:
     of the cached prompt's last token, as dear as a step, for the token it yields.
     """
 
-    def __init__(self, twin: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
-        self.engine = Engine(twin, [], 0)
+    def __init__(self, alone: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
+        self.engine = Engine(alone, [], 0)
         self.request = Request(tuple(prompt), max_tokens, sampler, seed)
         self.stats = Stats()  # of the generation running now
         self.tokens = 0  # tokens of the generations finished so far
@@ -271,7 +271,7 @@ def _paired(run: _Timed, clock: _Clock) -> float | None:
 
 def run_bench(
     base: RunConfig,
-    twin: Model,
+    alone: Model,
     cost: CostModel,
     prompts: list[dict[str, Any]],
     *,
@@ -284,7 +284,7 @@ def run_bench(
     """Run every strategy on every prompt as `localspec generate` would: load, prefill, decode.
 
     Each run loads its models afresh (what the user waits for) and is paired with a clock:
-    target-only decoding on `twin` (a second copy of the target, kept loaded) run alongside it, so
+    target-only decoding on `alone` (a second copy of the target, kept loaded) run alongside it, so
     the machine's drift cancels from the speedups. With repeat > 1 each prompt runs in rounds, in
     rotated order, and each row sums its rounds. The first strategy is the baseline.
     """
@@ -294,9 +294,9 @@ def run_bench(
     sampler, seed = base.sampler, base.seed or 0
     for p in prompts:
         if p.get("suffix") is not None:
-            prompt = fim_tokens(twin, p["prompt"], p["suffix"])
+            prompt = fim_tokens(alone, p["prompt"], p["suffix"])
         else:
-            prompt = chat_tokens(twin, [{"role": "user", "content": p["prompt"]}])
+            prompt = chat_tokens(alone, [{"role": "user", "content": p["prompt"]}])
         totals = {st.name: Totals() for st in strategies}
         for r in range(repeat):
             for st in strategies[r % len(strategies) :] + strategies[: r % len(strategies)]:
@@ -313,7 +313,7 @@ def run_bench(
                 )
                 stats = gen.stats
                 run = _Timed(iter(gen))
-                speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
+                speed = _paired(run, _Clock(alone, prompt, max_tokens, sampler, seed))
                 stats.wall_seconds = run.seconds - stats.prefill_seconds  # its own steps only
                 totals[st.name].add(stats, load, speed)
                 notes += [n for n in spec.notes if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
@@ -329,10 +329,13 @@ def run_bench(
         if lookup and not p.get("response_format"):  # llama.cpp's lookup decoding takes no grammar
             try:
                 t0 = time.perf_counter()
-                stats, steps = Stats(), _lookup_reference(twin.path, prompt, max_tokens, twin.n_threads, sampler, seed)
+                stats, steps = (
+                    Stats(),
+                    _lookup_reference(alone.path, prompt, max_tokens, alone.n_threads, sampler, seed),
+                )
                 load = time.perf_counter() - t0
                 run = _Timed(_counted(steps, stats))
-                speed = _paired(run, _Clock(twin, prompt, max_tokens, sampler, seed))
+                speed = _paired(run, _Clock(alone, prompt, max_tokens, sampler, seed))
                 stats.prompt_tokens, stats.prefill_seconds, stats.wall_seconds = (
                     len(prompt),
                     run.first_step or 0.0,
@@ -348,7 +351,7 @@ def run_bench(
             if progress:
                 progress(f"{p['task']}: {LOOKUP}")
     return {
-        "target": str(twin.path),
+        "target": str(alone.path),
         "rows": rows,
         "notes": notes,
         "cost_ratio": c,
@@ -479,15 +482,15 @@ def bench_command(
         seed=seed,
     )
     with loading("loading the clock and measuring this machine's decode costs…"):
-        twin, d = load_models(cfg)  # the clock every run is timed against
-        cost = load_costs(twin, d)
+        alone, d = load_models(cfg)  # the clock every run is timed against
+        cost = load_costs(alone, d)
         del d
     runs = len(rows) * (repeat * len(chosen) + int(lookup))  # the prompt-lookup reference: one run a prompt
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)
         result = run_bench(
             cfg,
-            twin,
+            alone,
             cost,
             rows,
             max_tokens=max_tokens,

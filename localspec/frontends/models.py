@@ -114,8 +114,8 @@ def models_verify(
     from rich.console import Console
     from rich.progress import Progress
 
-    from localspec.models.install import sha256_file
     from localspec.models.inventory import find, find_models
+    from localspec.models.verify import sha256_file
 
     entries = [find(n) for n in names] if names else [e for e in find_models() if e.expected_sha256]
     bad = []

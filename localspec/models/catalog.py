@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from localspec.errors import LocalspecError
+from localspec.models.verify import check_installed
 from localspec.paths import data_dir
 
 _CATALOG = Path(__file__).with_name("catalog.json")
@@ -88,8 +89,6 @@ def default_pair() -> tuple[CatalogModel, CatalogModel]:
 def _catalog_path(model: CatalogModel) -> Path:
     """Where a catalog model is: installed, or in the Hugging Face cache (either checked against the catalog's
     size and hash before it is loaded), else pulled from the Hub where it has no registry packages."""
-    from localspec.models.install import check_installed
-
     local = models_dir() / model.file
     if local.exists():
         check_installed(model, local)

