@@ -27,6 +27,7 @@ from localspec.frontends.server.schemas import (
     FunctionCall,
     FunctionDef,
     ToolCallMessage,
+    check_named_tool,
 )
 from localspec.frontends.server.shapes import Piece, Served, figures, sse
 
@@ -268,14 +269,7 @@ class ResponsesRequest(Common):
     def check(self) -> None:
         functions = self.functions()
         if isinstance(self.tool_choice, FunctionChoice):
-            name = flat(self.tool_choice.namespace, self.tool_choice.name)
-            if name not in functions:
-                raise ApiError(
-                    400,
-                    f"tool_choice names the function '{name}', which is not among the tools "
-                    f"({', '.join(functions) or 'none given'})",
-                    param="tool_choice",
-                )
+            check_named_tool(flat(self.tool_choice.namespace, self.tool_choice.name), list(functions))
 
     def options(self) -> dict[str, Any]:
         choice = self.tool_choice or "auto"

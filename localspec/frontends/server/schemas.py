@@ -224,14 +224,7 @@ class ChatRequest(RequestBase):
         """What no single field shows: a named tool that is not among the tools."""
         self.refuse_unsupported()
         if isinstance(self.tool_choice, ToolChoiceFunction):
-            names = [t.function.name for t in self.tools or []]
-            if self.tool_choice.function.name not in names:
-                raise ApiError(
-                    400,
-                    f"tool_choice names the function '{self.tool_choice.function.name}', which is not among the "
-                    f"tools ({', '.join(names) or 'none given'})",
-                    param="tool_choice",
-                )
+            check_named_tool(self.tool_choice.function.name, [t.function.name for t in self.tools or []])
 
     def options(self) -> dict[str, Any]:
         """LocalSpec.generate's arguments for what this request asks beyond sampling."""
@@ -271,6 +264,16 @@ class CompletionRequest(RequestBase):
 
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+def check_named_tool(name: str, names: list[str]) -> None:
+    """A tool_choice that names a function must name one of the tools (a 400 naming tool_choice)."""
+    if name not in names:
+        raise ApiError(
+            400,
+            f"tool_choice names the function '{name}', which is not among the tools ({', '.join(names) or 'none given'})",
+            param="tool_choice",
+        )
 
 
 def _surrogate(value: Any) -> bool:
