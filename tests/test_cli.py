@@ -91,7 +91,8 @@ def _same_text(target: Model, prompt: str, got: dict, want: dict) -> None:
 
 
 def test_stdin_prompt_and_no_draft_baseline_agree_greedy(target: Model) -> None:
-    spec = _json("--temperature", "0", "-n", "64", input=EDIT.encode())
+    # copies at a fixed k: the cost-aware choice may, on a CPU, find a round not worth drafting
+    spec = _json("--temperature", "0", "-n", "64", "--draft", "copier", "--k", "4", input=EDIT.encode())
     base = _json("--temperature", "0", "-n", "64", "--no-draft", input=EDIT.encode())
     assert spec["drafted"] > 0 and spec["accepted"] > 0  # copies of the code were drafted and verified
     _same_text(target, EDIT, spec, base)
@@ -102,16 +103,17 @@ def test_stdin_prompt_and_no_draft_baseline_agree_greedy(target: Model) -> None:
 
 @pytest.mark.parametrize("temperature", ["0.5", "0.9"])
 def test_same_seed_same_text_whatever_drafts(target: Model, temperature: str) -> None:
-    """Drafter-invariant sampling: one seed, one text, with the default, the target alone, copies only and a
-    fixed k (which loads the draft model), each in its own process, on an edit where drafting happens."""
+    """Drafter-invariant sampling: one seed, one text, with the default, the target alone, copies only and the draft
+    model, each in its own process, on an edit. Copies and the draft model draft at a fixed k (so this compares
+    drafted text, not the target alone with itself); the default drafts as its costs say, maybe not at all."""
     runs = {
         " ".join(flags) or "default": _json("--seed", "5", "--temperature", temperature, "-n", "80", *flags, EDIT)
-        for flags in [(), ("--no-draft",), ("--draft", "copier"), ("--k", "4")]
+        for flags in [(), ("--no-draft",), ("--draft", "copier", "--k", "4"), ("--k", "4")]
     }
     alone = runs.pop("--no-draft")
     assert alone["drafted"] == 0 and alone["seed"] == 5
     for name, out in runs.items():
-        assert out["drafted"] > 0, name  # a comparison of drafted text, not of the target alone with itself
+        assert out["drafted"] > 0 or name == "default", name
         _same_text(target, EDIT, out, alone)
     assert runs["--k 4"]["drafted_by"].get("draft_model", 0) > 0  # the draft model sampled with the target's noise
 
