@@ -123,22 +123,22 @@ def choose(repo: str, files: list[str]) -> str:
 
 def pull(repo: str, file: str | None = None) -> Path:
     """Download (or find in the cache) repo's GGUF `file`, chosen by choose() when omitted."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()  # its retry warnings would bury the one-line error
-
     if file is None:
+        _quiet()
         files = gguf_files(repo)
         file = choose(repo, files)
         if len(files) > 1:
             import sys
 
             print(f"{repo} has {len(files)} GGUF files; pulling {file}", file=sys.stderr)
-    try:
-        return Path(hf_hub_download(repo, file))
-    except Exception as e:
-        raise _hub_error(e, repo, file) from None
+    return download(repo, file)
+
+
+def _quiet() -> None:
+    """huggingface-hub's retry warnings would bury the one-line error."""
+    from huggingface_hub.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
 
 
 def unreachable(timeout: float = 5.0) -> str | None:
@@ -161,13 +161,12 @@ def unreachable(timeout: float = 5.0) -> str | None:
     return None
 
 
-def download(repo: str, file: str, folder: Path) -> Path:
-    """Download repo's `file` into `folder` (not the shared cache: the caller verifies it before it is used);
-    an interrupted download resumes. One-line LocalspecError when the Hub cannot give it."""
+def download(repo: str, file: str, folder: Path | None = None) -> Path:
+    """Download repo's `file` into the Hugging Face cache, or into `folder` (where the caller verifies it before it
+    is used); an interrupted download resumes. One-line LocalspecError when the Hub cannot give it."""
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    _quiet()
     try:
         return Path(hf_hub_download(repo, file, local_dir=folder))
     except Exception as e:
