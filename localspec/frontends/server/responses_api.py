@@ -329,6 +329,10 @@ def flat(namespace: str | None, name: str) -> str:
     return f"{namespace}.{name}" if namespace else name
 
 
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
 def _usage(served: Served) -> dict[str, Any]:
     st = served.stats
     return {
@@ -362,6 +366,11 @@ class ResponsesShape:
 
     def logprobs(self, entries: list[TokenLogprob], piece: Piece) -> dict[str, Any] | None:
         return None
+
+    @property
+    def _where(self) -> dict[str, Any]:
+        """Where the message's text part is: its item, first in the output, its only part."""
+        return {"item_id": self.message_id, "output_index": 0, "content_index": 0}
 
     def _event(self, kind: str, **body: Any) -> bytes:
         self.sequence += 1
@@ -406,11 +415,7 @@ class ResponsesShape:
         }
 
     def _message(self, text: str, status: str = "completed") -> dict[str, Any]:
-        content = (
-            [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
-            if status != "in_progress"
-            else []
-        )
+        content = [_text_part(text)] if status != "in_progress" else []
         return {"id": self.message_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def _calls(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
@@ -452,16 +457,13 @@ class ResponsesShape:
         out = []
         if not self.text:
             out.append(self._event("response.output_item.added", output_index=0, item=self._message("", "in_progress")))
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            where = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
-            out.append(self._event("response.content_part.added", **where, part=part))
+            out.append(self._event("response.content_part.added", **self._where, part=_text_part("")))
         text, self.blank = self.blank, ""
         self.text.append(text)
         return [*out, self._delta(text)]
 
     def _delta(self, text: str) -> bytes:
-        where = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
-        return self._event("response.output_text.delta", **where, delta=text, logprobs=[])
+        return self._event("response.output_text.delta", **self._where, delta=text, logprobs=[])
 
     def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
         out = []
@@ -469,11 +471,10 @@ class ResponsesShape:
             self.text.append(self.blank)
             out.append(self._delta(self.blank))
         text = "".join(self.text)
-        where = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
         if text:
             message = self._message(text)
-            out.append(self._event("response.output_text.done", **where, text=text, logprobs=[]))
-            out.append(self._event("response.content_part.done", **where, part=message["content"][0]))
+            out.append(self._event("response.output_text.done", **self._where, text=text, logprobs=[]))
+            out.append(self._event("response.content_part.done", **self._where, part=message["content"][0]))
             out.append(self._event("response.output_item.done", output_index=0, item=message))
         output = self._output(text, served)
         for index, item in enumerate(output[1 if text else 0 :], start=1 if text else 0):
