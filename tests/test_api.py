@@ -76,10 +76,12 @@ def test_a_new_drafter_is_one_class_and_a_registration(alone: LocalSpec, right: 
 
 
 def test_prediction_speeds_up_without_changing_the_text(alone: LocalSpec) -> None:
+    """At a fixed k the prediction drafts from the first round on any machine (the cost-aware default, which the
+    server's prediction test runs, may first spend rounds learning the batch curve of a fresh machine)."""
     code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
     prompt = f"Rename the parameter w to width in this code; reply with the code only.\n\n{code}"
     baseline = alone.generate(prompt, temperature=0, max_tokens=60).result()
-    spec = LocalSpec.load(draft="copier", ctx=2048)
+    spec = LocalSpec.load(draft="copier", k=16, ctx=2048)
     good = spec.generate(prompt, temperature=0, max_tokens=60, prediction=baseline)
     assert good.result() == baseline
     assert good.stats.accepted_by.get("prediction", 0) > len(good.tokens) // 2

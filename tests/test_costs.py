@@ -107,6 +107,33 @@ def test_the_recorded_busy_period_keeps_the_decisions_right() -> None:
     assert kept["draft_prefill"] >= 0.85 * trace["calibrated"]["draft_prefill"]
 
 
+def test_small_batches_dear_do_not_bar_a_long_sure_draft_where_a_prefill_shows_batches_cheap() -> None:
+    """A CPU on which 2 rows cost twice one (per-row kernels) but a prefill's token a tenth of a decode (batched
+    kernels): a sure copy is still drafted long, so the first long batch measures what the small ones cannot tell;
+    measured dear, the curve takes it as it is and long drafts stop."""
+    from localspec.core.sampling import SamplerSettings
+    from localspec.decoding.planner import Planner
+    from localspec.drafting.base import Drafter
+
+    class Sure(Drafter):
+        def survival(self, ctx: list[int], k_max: int) -> list[float]:
+            return [0.98**j for j in range(1, k_max + 1)]
+
+        def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: object) -> list[int]:
+            return [0] * k
+
+    cost = CostModel({})
+    cost.observe_verify(1, 0.040)
+    cost.observe_verify(2, 0.088)
+    planner = Planner([Sure()], k=None, cost=cost)
+    assert planner.plan([1, 2, 3], 32).k == 0  # from the small batches alone, no draft pays
+    cost.observe_prefill(100, 0.4)
+    k = planner.plan([1, 2, 3], 32).k
+    assert k >= 8
+    cost.observe_verify(k + 1, 0.040 * (k + 1))  # as dear as decoding its rows one by one
+    assert planner.plan([1, 2, 3], 32).k == 0
+
+
 def test_a_first_run_learns_its_curve_from_its_own_decodes() -> None:
     """No curve yet: nothing is drafted before the first decode is timed; a size no round has used is priced
     at half a decode per token more than the largest one measured (twice a prefill's per token, where one was

@@ -121,14 +121,15 @@ class CostModel:
         return v[a] + (v[b] - v[a]) * (n - a) / (b - a)
 
     def _slope(self) -> float:
-        """The seconds an extra token adds to a batch beyond the largest measured: the last measured slope, or
-        where one size is all that is known, half the per-token cost, less where a prefill's token cost under a
-        quarter of it (twice that, then: small batches use the machine less well than a prefill)."""
+        """The seconds an extra token adds to a batch beyond the largest measured: the last measured slope (or,
+        where one size is all that is known, half the per-token cost), at least half the largest batch's per-token
+        cost, and at most twice a prefill's per token where one was seen: llama.cpp switches to its batched
+        kernels as batches grow, so a steep slope among small batches says little of large ones, and a guess
+        too dear would never be tried, so never corrected (each size's first use measures it)."""
         ns, v = self._ns, self.verify
         b = ns[-1]
-        if len(ns) > 1:
-            return max((v[b] - v[ns[-2]]) / (b - ns[-2]), v[b] / b * 0.5)
-        return min(2 * self.prefill, v[b] / b * 0.5) if self.prefill else v[b] / b * 0.5
+        slope = max((v[b] - v[ns[-2]]) / (b - ns[-2]), v[b] / b * 0.5) if len(ns) > 1 else v[b] / b * 0.5
+        return min(slope, 2 * self.prefill) if self.prefill else slope
 
     def observe_prefill(self, n: int, seconds: float) -> None:
         """Note a prefill of n tokens: what a batch costs per token where the curve knows one size only."""
