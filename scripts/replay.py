@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from localspec.decoding.planner import NONE, Planner
@@ -81,7 +82,7 @@ def replay(path: Path, curve: Path | None = None) -> list[dict[str, float | int 
         drafter = Copier(LineJoin(lambda t: pieces.get(t, b"?"), tokenize), piece=lambda t: pieces.get(t, b""))
         planner = Planner([drafter], k=None, cost=cost)
         prompt, answer = row["prompt"], row["answer"]
-        drafter.start(len(prompt), fill=row.get("fill", False))
+        drafter.begin(len(prompt), fill=row.get("fill", False))
         ctx, i, seconds, passes, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
         while i < len(answer):
             plan = planner.plan(ctx, len(answer) - i - 1) if i else NONE  # the engine emits the first token at once
@@ -94,7 +95,7 @@ def replay(path: Path, curve: Path | None = None) -> list[dict[str, float | int 
             i += len(emitted)
             seconds += cost.verify_cost(len(proposal) + 1)
             passes, drafted, accepted = passes + 1, drafted + len(proposal), accepted + n
-            planner.observe(ctx, plan, n)
+            planner.accept(ctx, replace(plan, k=len(proposal)), n)
         results.append(
             {
                 "task": row["task"],

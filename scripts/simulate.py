@@ -24,14 +24,14 @@ import argparse
 import json
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.decoding.planner import Plan, Planner
+from localspec.decoding.planner import Planner
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftPolicy, Kept
@@ -236,7 +236,7 @@ def _session(
         new = history.prompt if turn == 0 else history.question
         ctx += [1] * new
         for d in drafters:
-            d.start(len(ctx))
+            d.begin(len(ctx))
         seconds = new * profile.prefill * profile.t1
         clock.now += seconds
         if cost is not None:
@@ -257,11 +257,9 @@ def _session(
             accepted = 0
             while accepted < len(drafted) and plan.drafter not in probes and rng.random() < alpha:
                 accepted += 1
-            for d in drafters:
-                d.rewind(len(ctx) + accepted)
             ctx += [*drafted[:accepted], 3]  # the accepted draft, then the target's own token
             out += accepted + 1
-            planner.observe(ctx, Plan(plan.drafter, len(drafted)), accepted, [alpha] * (accepted + 1))
+            planner.accept(ctx, replace(plan, k=len(drafted)), accepted, [alpha] * (accepted + 1))
     if store is not None and cost is not None:
         store.curve = {n: s for n, s in cost.curve().items() if n <= 64}
         if policy is not None:

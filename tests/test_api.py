@@ -14,8 +14,9 @@ from conftest import assert_same_tokens
 
 from localspec import LocalSpec
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.base import Drafter, register
+from localspec.drafting.base import Drafter, Offer, register
 from localspec.drafting.copier import Copier
+from localspec.drafting.costs import CostModel
 from localspec.settings import Setting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,12 +42,12 @@ class FixedList(Drafter):
     def __init__(self, tokens: list[int]) -> None:
         self.tokens, self.prompt_len = tokens, 0
 
-    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
         self.prompt_len = prompt_len
 
-    def survival(self, ctx: list[int], k_max: int) -> list[float]:
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
         done = len(ctx) - self.prompt_len
-        return [0.99**j for j in range(1, len(self.tokens[done : done + k_max]) + 1)]
+        return Offer([0.99**j for j in range(1, len(self.tokens[done : done + k_max]) + 1)])
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         done = len(ctx) - self.prompt_len

@@ -113,11 +113,11 @@ def test_small_batches_dear_do_not_bar_a_long_sure_draft_where_a_prefill_shows_b
     measured dear, the curve takes it as it is and long drafts stop."""
     from localspec.core.sampling import SamplerSettings
     from localspec.decoding.planner import Planner
-    from localspec.drafting.base import Drafter
+    from localspec.drafting.base import Drafter, Offer
 
     class Sure(Drafter):
-        def survival(self, ctx: list[int], k_max: int) -> list[float]:
-            return [0.98**j for j in range(1, k_max + 1)]
+        def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+            return Offer([0.98**j for j in range(1, k_max + 1)])
 
         def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: object) -> list[int]:
             return [0] * k

@@ -90,7 +90,7 @@ def test_the_forced_drafter_proposes_what_is_forced() -> None:
     d = ForcedDrafter(c)
     forced = c.forced()
     assert d.draft([], 3, SamplerSettings(), InvariantSampling(0)) == forced[:3]
-    assert len(d.survival([], 64)) == len(forced) and d.survival([], 2)[-1] < 1
+    assert len(d.offer([], 64, 64, None).survival) == len(forced) and d.offer([], 2, 64, None).survival[-1] < 1
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])

@@ -6,16 +6,23 @@ import itertools
 from types import SimpleNamespace
 
 from localspec.decoding.planner import Planner
-from localspec.drafting.base import Drafter
+from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
 from localspec.drafting.policy import Choice, DraftPolicy, Kept
 
 
+def _cache(cached: list[int] | None = None) -> SimpleNamespace:
+    """A draft model for planning logic only: its cache is a token list, nothing is decoded."""
+    model = SimpleNamespace(tokens=list(cached or []), path="draft.gguf")
+    model.trim = lambda n: model.tokens.__delitem__(slice(n, None))
+    return model
+
+
 def _model(cost: CostModel | None, cached: list[int] | None = None) -> DraftModelDrafter:
-    """A model drafter for planning logic only: its model's cache is a token list, nothing is decoded."""
-    return DraftModelDrafter(SimpleNamespace(tokens=cached or [], path="draft.gguf"), cost)  # type: ignore[arg-type]
+    """A model drafter for planning logic only (see _cache)."""
+    return DraftModelDrafter(_cache(cached), cost)  # type: ignore[arg-type]
 
 
 CPU = CostModel({1: 0.054, 2: 0.071, 4: 0.129, 8: 0.342, 16: 0.462, 32: 0.576}, draft=0.026)
@@ -76,7 +83,7 @@ def test_planner_never_probes_a_model_that_cannot_win() -> None:
     for _ in range(300):
         plan = planner.plan([1, 2, 3], room=64)
         assert plan.drafter is None
-        planner.observe([1, 2, 3, 4], plan, accepted=0)
+        planner.accept([1, 2, 3, 4], plan, accepted=0)
 
 
 def test_planner_probes_the_model_again_and_backs_off() -> None:
@@ -85,7 +92,7 @@ def test_planner_probes_the_model_again_and_backs_off() -> None:
     for _ in range(120):
         plan = planner.plan([1, 2, 3], room=64)
         kinds.append(plan.drafter.name if plan.drafter else "none")
-        planner.observe([1, 2, 3, 4], plan, accepted=0)
+        planner.accept([1, 2, 3, 4], plan, accepted=0)
     lost = kinds.index("none")  # the prior alpha drafts at first; every draft is rejected
     probes = [i for i, kind in enumerate(kinds) if kind == "draft_model" and i > lost]
     assert lost < 10 and len(probes) >= 3 and kinds.count("none") > 100
@@ -133,8 +140,8 @@ def test_the_output_repeating_itself_is_trusted_less_than_a_quote_of_the_input()
     phrase = [7, 8, 9, 10, 11, 12, 13, 14]
     quote, echo = Copier(), Copier()
     quote_prompt, echo_prompt = [1, 2, *phrase, 3], [1, 2, 3]
-    quote.start(len(quote_prompt))
-    echo.start(len(echo_prompt))
+    quote.begin(len(quote_prompt))
+    echo.begin(len(echo_prompt))
     quote_ctx, echo_ctx = [*quote_prompt, 4, 7, 8, 9], echo_prompt + phrase + [4, 7, 8, 9]
     assert quote.propose(quote_ctx, 5) == echo.propose(echo_ctx, 5) == [10, 11, 12, 13, 14]
     assert all(e < q for q, e in zip(quote.holds(5), echo.holds(5), strict=False))
@@ -223,13 +230,13 @@ def test_prediction_drafter_never_proposes_or_looks_up_its_boundary_marks() -> N
     prediction = _tokenize("The cat sat\non the mat.")
     drafter = PredictionDrafter(prediction, LineJoin(piece, _tokenize))
     drafter.copier.join_lines = True
-    drafter.start(3)
+    drafter.begin(3)
     ctx = [0, 1, 2]
     for _ in range(12):
         proposal = drafter.draft(ctx, 8, None, None)  # type: ignore[arg-type]
         assert -1 not in proposal
         ctx = [*ctx, *(proposal[:2] or [19])]
-        drafter.observe(ctx, drafter, len(proposal), min(len(proposal), 1))
+        drafter.accept(ctx, Verdict(drafter, len(proposal), min(len(proposal), 1)))
 
 
 class _Certain(Drafter):
@@ -240,8 +247,8 @@ class _Certain(Drafter):
     def __init__(self, tokens: list[int]) -> None:
         self.tokens = tokens
 
-    def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return [0.99**j for j in range(1, len(self.tokens[:k_max]) + 1)]
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+        return Offer([0.99**j for j in range(1, len(self.tokens[:k_max]) + 1)])
 
     def draft(self, ctx: list[int], k: int, sampler: object, sampling: object) -> list[int]:
         return self.tokens[:k]
@@ -283,31 +290,31 @@ def test_under_a_grammar_values_quoted_from_the_input_are_copied_field_after_fie
     t = {piece: i for i, piece in enumerate(RECORDS)}.__getitem__
     prompt = [t(p) for p in [" Maria", " Fern", " (", "account", " AC", "-", "2", "0", "9", ")", "."]]
     copier, forced = Copier(piece=lambda i: RECORDS[i].encode()), _Certain([])
-    copier.start(len(prompt))
+    copier.begin(len(prompt))
     ctx = [
         *prompt,
         *map(t, ["{", "name", ":", '"']),
         t("Maria"),
     ]  # the grammar forced '{name:"'; the target wrote Maria
-    copier.observe(ctx, forced, 4, 4)
+    copier.accept(ctx, Verdict(forced, 4, 4))
     assert copier.propose(ctx, 2) == [t(" Fern"), t(" (")]
     ctx += [t(" Fern"), t('"')]  # the copy held one token, then the value ended
-    copier.observe(ctx, copier, 2, 1)
+    copier.accept(ctx, Verdict(copier, 2, 1))
     assert copier.propose(ctx, 4) == []  # the quote was the target's: no match
     ctx += [*map(t, ["id", ":", '"']), t("AC")]  # the grammar forced the next key; the target wrote AC
-    copier.observe(ctx, forced, 3, 3)
+    copier.accept(ctx, Verdict(forced, 3, 3))
     assert copier.propose(ctx, 4) == [t("-"), t("2"), t("0"), t("9")]
     resumed = copier.holds(4)
     ctx += [t("-"), t("2"), t("0"), t("9"), t('"')]
-    copier.observe(ctx, copier, 4, 4)
+    copier.accept(ctx, Verdict(copier, 4, 4))
     ctx += [t("{"), t("name")]
-    copier.observe(ctx, forced, 1, 1)
+    copier.accept(ctx, Verdict(forced, 1, 1))
     assert copier.propose(ctx, 4) == []  # the grammar's own tokens are never matched
     plain = Copier(piece=lambda i: RECORDS[i].encode())  # no grammar: 'AC' does not match ' AC'
-    plain.start(len(prompt))
+    plain.begin(len(prompt))
     assert plain.propose([*prompt, t('"'), t("AC")], 4) == []
     fresh = Copier()
-    fresh.start(len(prompt))
+    fresh.begin(len(prompt))
     assert resumed[0] > fresh.stats.holds(0, 1, 1)[0]  # a resumed field is trusted more than a fresh short match
 
 
@@ -317,8 +324,8 @@ def test_a_middle_trusts_a_short_copy_of_its_context_as_little_as_an_echo() -> N
     phrase = [7, 8, 9, 10, 11, 12, 13, 14]
     quote, middle = Copier(), Copier()
     prompt = [1, 2, *phrase, 3]
-    quote.start(len(prompt))
-    middle.start(len(prompt), fill=True)
+    quote.begin(len(prompt))
+    middle.begin(len(prompt), fill=True)
     ctx = [*prompt, 4, 7, 8, 9]
     assert quote.propose(ctx, 5) == middle.propose(ctx, 5) == [10, 11, 12, 13, 14]
     assert quote.holds(5) and middle.holds(5) == []  # a 3-token likeness: not worth a verify in a middle
@@ -330,17 +337,17 @@ def test_the_draft_model_is_loaded_once_the_answer_so_far_would_have_repaid_it()
     drafts from the start."""
     from pathlib import Path
 
-    model = SimpleNamespace(tokens=[], path="draft.gguf")
+    model = _cache()
     policy = _policy("use", load_estimate=0.3)
     drafter = DraftModelDrafter(lambda: model, FLAT, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type, return-value]
     planner = Planner([drafter], k=None, cost=FLAT)
     prompt = list(range(100))
-    drafter.start(len(prompt))
+    drafter.begin(len(prompt))
     first = next(n for n in range(1, 400) if planner.plan(prompt + [1] * n, room=400).drafter is drafter)
     assert 10 < first < 100
     assert planner.plan(prompt + [1] * (first // 2), room=400).drafter is None
     loaded = _model(FLAT)
-    loaded.start(len(prompt))
+    loaded.begin(len(prompt))
     assert Planner([loaded], k=None, cost=FLAT).plan([*prompt, 1], room=400).drafter is loaded
 
 
@@ -363,11 +370,11 @@ def _on_demand(load_seconds: float, agreement: float = 1.0) -> tuple[DraftModelD
 
     def load() -> SimpleNamespace:
         loads.append(1)
-        return SimpleNamespace(tokens=[], path="draft.gguf")
+        return _cache()
 
     policy = _policy("use", load_estimate=load_seconds, agreement=agreement)
     drafter = DraftModelDrafter(load, Q8_0, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type]
-    drafter.start(54)
+    drafter.begin(54)
     return drafter, loads
 
 
@@ -380,7 +387,7 @@ def _answer(planner: Planner, top: float, tokens: int) -> list[str]:
         if plan.drafter:
             break
         ctx.append(7)
-        planner.observe(ctx, plan, 0, [top])
+        planner.accept(ctx, plan, 0, [top])
     return kinds
 
 
@@ -402,7 +409,7 @@ def test_the_load_is_priced_into_the_first_draft() -> None:
     slow, _ = _on_demand(load_seconds=20.0)
     assert set(_answer(Planner([slow], k=None, cost=Q8_0), top=0.94, tokens=100)) == {"none"}
     loaded = _model(Q8_0)
-    loaded.start(54)
+    loaded.begin(54)
     assert _answer(Planner([loaded], k=None, cost=Q8_0), top=0.94, tokens=100) == ["draft_model"]
 
 

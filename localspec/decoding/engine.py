@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from localspec.core.sampling import (
 )
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
-from localspec.decoding.planner import NONE, Plan, Planner
+from localspec.decoding.planner import NONE, Planner
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
@@ -149,10 +149,8 @@ class Run:
         if grammar is not None:
             grammar.advance(tokens[-1])
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
-        for d in self.planner.drafters:
-            d.rewind(len(ctx) + n)
         sure = [top_probability(r) for r in rows if r is not None] if self.planner.confident else []
-        self.planner.observe(ctx + tokens, Plan(plan.drafter, len(draft)), n, sure)
+        self.planner.accept(ctx + tokens, replace(plan, k=len(draft)), n, sure)
         top = self.request.top_logprobs
         logprobs = [token_logprob(r, t, top) for r, t in zip(rows, tokens, strict=True)] if top is not None else []
         return Round(tokens, n, plan.drafter, len(draft), logprobs)
@@ -173,7 +171,7 @@ class Run:
         start, req, st, out, target = time.perf_counter(), self.request, self.stats, self.tokens, self.target
         st.prompt_tokens = len(req.prompt)
         for d in self.planner.drafters:
-            d.start(len(req.prompt), fill=req.fill)
+            d.begin(len(req.prompt), fill=req.fill)
         stream, ctx = TextStream(req.stops), list(req.prompt)
         self._prefill(ctx)
         t0, target0, draft0 = time.perf_counter(), target.decode_seconds, self._draft_seconds()

@@ -10,22 +10,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localspec.drafting.base import Drafter
+from localspec.drafting.base import Drafter, Verdict
 from localspec.drafting.costs import CostModel, amortized, best_k
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What one round drafts: k tokens from a drafter, or nothing (the target alone)."""
+    """What one round drafts: k tokens from a drafter, or nothing (the target alone); `probe` when it is the
+    drafter's probe (Offer.probe) rather than a priced win."""
 
     drafter: Drafter | None
     k: int
+    probe: bool = False
 
 
 NONE = Plan(None, 0)
-# A draft must promise this much more speed than the target alone: its estimates are noisy and its
-# rounds cost Python time the curve leaves out, so a break-even gamble loses on average (docs/benchmarks.md,
-# "The planner's and the copier's constants").
+# A draft must promise this much more speed than the target alone: its estimates are noisy and its rounds cost
+# Python time the curve leaves out (docs/benchmarks.md, "The planner's and the copier's constants").
 MARGIN = 1.05
 
 
@@ -36,7 +37,7 @@ class Planner:
         if k is None and cost is None:
             raise ValueError("automatic k needs a cost model")
         self.drafters, self.k, self.cost = list(drafters), k, cost
-        # whether a drafter learns from the target's confidence (Drafter.observe's `confidence`)
+        # whether a drafter learns from the target's confidence (Verdict.confidence)
         self.confident = any(d.confident for d in self.drafters)
 
     def plan(self, ctx: list[int], room: int) -> Plan:
@@ -45,30 +46,31 @@ class Planner:
             return NONE
         if self.k is not None:
             for d in self.drafters:
-                if n := len(d.survival(ctx, min(room, self.k))):
+                if n := len(d.offer(ctx, min(room, self.k), room, self.cost).survival):
                     return Plan(d, n)
             return NONE
         cost = self.cost
         assert cost is not None
         if not cost.measured:  # nothing to price a draft against before the first decode
             return NONE
-        best, rate = NONE, MARGIN / cost.verify_cost(1)
+        best, rate, probe = NONE, MARGIN / cost.verify_cost(1), NONE
         for d in self.drafters:
-            survival = d.survival(ctx, min(room, d.max_k))
-            if not survival:
+            offer = d.offer(ctx, min(room, d.max_k), room, cost)
+            if offer.probe and probe is NONE:
+                probe = Plan(d, offer.probe, probe=True)
+            if not offer.survival:
                 continue
             if d.certain:
-                return Plan(d, len(survival))
-            k, r = best_k(survival, cost, d.token_seconds(cost))
-            if k and (r := amortized(r, d.setup_seconds(ctx, cost), d.horizon(ctx, room))) > rate:
+                return Plan(d, len(offer.survival))
+            k, r = best_k(offer.survival, cost, offer.token_seconds)
+            horizon = room if offer.horizon is None else offer.horizon
+            if k and (r := amortized(r, offer.setup_seconds, horizon)) > rate:
                 best, rate = Plan(d, k), r
-        if best is NONE:
-            for d in self.drafters:
-                if k := d.probe(ctx, room, cost):
-                    return Plan(d, k)
-        return best
+        return probe if best is NONE else best
 
-    def observe(self, ctx: list[int], plan: Plan, accepted: int, confidence: Sequence[float] = ()) -> None:
-        """Every drafter learns from a finished round; ctx already ends with the tokens it emitted."""
+    def accept(self, ctx: list[int], plan: Plan, accepted: int, confidence: Sequence[float] = ()) -> None:
+        """Every drafter learns from a finished round; ctx already ends with the tokens it emitted, and
+        plan.k is what was drafted."""
+        verdict = Verdict(plan.drafter, plan.k, accepted, confidence, plan.probe)
         for d in self.drafters:
-            d.observe(ctx, plan.drafter, plan.k, accepted, confidence)
+            d.accept(ctx, verdict)

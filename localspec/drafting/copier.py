@@ -21,7 +21,8 @@ from typing import ClassVar
 import numpy as np
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.base import Drafter
+from localspec.drafting.base import Drafter, Offer, Verdict
+from localspec.drafting.costs import CostModel
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
@@ -226,7 +227,7 @@ class Copier(Drafter):
     def join_lines(self, value: bool) -> None:
         self.rewrites.join_lines = value
 
-    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
         """A new generation, whose output follows the first prompt_len tokens of the context."""
         self.source_end = prompt_len
         self.quotes_input = not fill  # a middle is new code beside its context: copies of it are coincidences
@@ -325,15 +326,14 @@ class Copier(Drafter):
             return 2
         return int(not self.quotes_input or (self.source_end is not None and self.plan_from >= self.source_end))
 
-    def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return self.holds(len(self.propose(ctx, k_max)))
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+        return Offer(self.holds(len(self.propose(ctx, k_max))))
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         return list(self.propose(ctx, k))
 
-    def observe(
-        self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int, confidence: Sequence[float] = ()
-    ) -> None:
+    def accept(self, ctx: list[int], verdict: Verdict) -> None:
+        by, accepted = verdict.by, verdict.accepted
         if by is None or by is self:
             self.learn(ctx, accepted if by is self else 0)
         else:  # another drafter's tokens moved the output: resynchronize, near where the last copy broke

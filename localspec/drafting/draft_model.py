@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
-from localspec.drafting.base import Drafter
+from localspec.drafting.base import NOTHING, Drafter, Offer, Verdict
 from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.policy import DRAFT_MAX_K, DROP_SPEEDUP, JUDGED_ROUNDS, TRIAL_K, DraftPolicy, clear_win
 
@@ -151,7 +151,7 @@ class DraftModelDrafter(Drafter):
         self._answer_start, self._answer = 0, 0  # where the answer began, and its tokens so far
         self.answers: list[int] = []  # the tokens of each answer before
         self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
-        self._probing = False
+        self._probe: str | None = None  # the probe its latest offer held ("trial", "probe"), taken or not
         self._round_start = 0.0
 
     @property
@@ -169,7 +169,7 @@ class DraftModelDrafter(Drafter):
         if self.loaded is not None:
             self.loaded.reset()
 
-    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
         if self._answer:
             self.answers.append(self._answer)
         self._answer_start, self._answer = prompt_len, 0
@@ -179,27 +179,30 @@ class DraftModelDrafter(Drafter):
         """How many tokens each answer it has seen came to, the current one included."""
         return [*self.answers, self._answer] if self._answer else list(self.answers)
 
-    def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return [] if self.policy is not None and self.policy.dropped else self.acceptance.survival(k_max)
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+        """Its acceptance ahead (none once dropped), its token's cost, its load and catch-up, spread over what
+        its policy allows; a probe where it is on trial, or loaded and losing but a clear win may be back."""
+        if self.policy is not None and self.policy.dropped:
+            return NOTHING
+        survival = self.acceptance.survival(k_max)
+        if cost is None:
+            return Offer(survival)
+        setup = self._setup_seconds(ctx, cost)
+        self._probe = self._probe_kind(ctx, room, cost, setup)
+        probe = {"trial": min(TRIAL_K, room), "probe": 1}.get(self._probe or "", 0)
+        return Offer(survival, cost.draft_token, setup, self._horizon(ctx, room, cost), probe)
 
-    def horizon(self, ctx: list[int], room: int) -> int:
+    def _horizon(self, ctx: list[int], room: int, cost: CostModel) -> int:
         """The tokens its setup is amortized over, as its policy says (0: it may not be loaded now)."""
-        policy, cost = self.policy, self.cost
+        policy = self.policy
         if policy is None:
             return room
         horizon = policy.horizon(len(ctx) - self._answer_start, room, self.loaded is not None)
-        if (
-            self.loaded is None
-            and cost is not None
-            and not policy.may_load(cost, alpha=self.acceptance.alpha, room=horizon)
-        ):
+        if self.loaded is None and not policy.may_load(cost, alpha=self.acceptance.alpha, room=horizon):
             return 0
         return horizon
 
-    def token_seconds(self, cost: CostModel) -> float:
-        return cost.draft_token
-
-    def setup_seconds(self, ctx: list[int], cost: CostModel) -> float:
+    def _setup_seconds(self, ctx: list[int], cost: CostModel) -> float:
         """Its load where it was not loaded yet (as its policy prices it), and its catch-up on ctx."""
         cached = self.loaded.tokens if self.loaded is not None else []
         if cached != ctx[: len(cached)]:
@@ -208,19 +211,18 @@ class DraftModelDrafter(Drafter):
         load = self.policy.priced_load(cost) if self.loaded is None and self.policy is not None else 0.0
         return load + max(behind, 0) * cost.draft_prefill_token
 
-    def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
-        if self.policy is not None and self.policy.dropped:
-            return 0
-        answer = len(ctx) - self._answer_start
-        if self.trial_rounds > 0 and self.policy is not None and answer >= self.policy.min_answer:
-            self.trial_rounds -= 1
-            return min(TRIAL_K, room)
-        if self.loaded is None:  # a probe never loads it: only a draft its price says wins does
-            return 0
-        if self._since < self.probe_every or not clear_win(cost, room=room, setup=self.setup_seconds(ctx, cost)):
-            return 0
-        self._probing = True
-        return 1
+    def _probe_kind(self, ctx: list[int], room: int, cost: CostModel, setup: float) -> str | None:
+        """ "trial": a trial round is due (TRIAL_K tokens whatever its price); "probe": loaded, it has lost a
+        while and a clear win may be back (one token: a probe never loads it); None: neither."""
+        if (
+            self.trial_rounds > 0
+            and self.policy is not None
+            and len(ctx) - self._answer_start >= self.policy.min_answer
+        ):
+            return "trial"
+        if self.loaded is None or self._since < self.probe_every or not clear_win(cost, room=room, setup=setup):
+            return None
+        return "probe"
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         out: list[int] = []
@@ -237,30 +239,25 @@ class DraftModelDrafter(Drafter):
                 if self.cost is not None:
                     self.cost.observe_draft_prefill(seconds / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
+        self.seconds = model.decode_seconds
         return out
 
-    def observe(
-        self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int, confidence: Sequence[float] = ()
-    ) -> None:
-        self.acceptance.observe(drafted if by is self else 0, accepted, confidence)
+    def accept(self, ctx: list[int], verdict: Verdict) -> None:
+        if self.loaded is not None:  # the target keeps all of ctx but its last token
+            self.loaded.trim(min(len(self.loaded.tokens), len(ctx) - 1))
+        mine = verdict.by is self
+        self.acceptance.observe(verdict.drafted if mine else 0, verdict.accepted, verdict.confidence)
         self._answer = len(ctx) - self._answer_start
-        if by is not self:
+        if not mine:
             self._since += 1
             return
         if self.cost is not None:  # the round's time against the target alone's for the same tokens
-            self.realized.add(self.clock() - self._round_start, (accepted + 1) * self.cost.verify_cost(1))
+            self.realized.add(self.clock() - self._round_start, (verdict.accepted + 1) * self.cost.verify_cost(1))
             if self.policy is not None:
                 self.policy.judge(self.realized)
-        if self._probing and self.cost is not None:
+        if verdict.probe and self._probe == "trial":
+            self.trial_rounds -= 1
+        elif verdict.probe and self.cost is not None:
             won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_token)[0] > 0
             self.probe_every = 8 if won else min(2 * self.probe_every, 256)
-        self._probing = False
         self._since = 0
-
-    def rewind(self, n: int) -> None:
-        if self.loaded is not None:
-            self.loaded.trim(min(len(self.loaded.tokens), n))
-
-    @property
-    def seconds(self) -> float:
-        return self.loaded.decode_seconds if self.loaded is not None else 0.0

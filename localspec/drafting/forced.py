@@ -11,7 +11,8 @@ from typing import ClassVar
 
 from localspec.core.grammar import Constraint
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.base import Drafter
+from localspec.drafting.base import Drafter, Offer
+from localspec.drafting.costs import CostModel
 
 HOLDS = 0.99  # a forced token is the target's own but for another spelling of the same text
 
@@ -26,8 +27,8 @@ class ForcedDrafter(Drafter):
     def __init__(self, constraint: Constraint) -> None:
         self.constraint = constraint
 
-    def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return [HOLDS**j for j in range(1, len(self.constraint.forced()[:k_max]) + 1)]
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+        return Offer([HOLDS**j for j in range(1, len(self.constraint.forced()[:k_max]) + 1)])
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         return self.constraint.forced()[:k]

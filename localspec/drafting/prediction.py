@@ -8,12 +8,13 @@ on the prediction after the edit, as it does on the prompt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.base import Drafter
+from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.copier import Copier, LineJoin
+from localspec.drafting.costs import CostModel
 
 _EDGE = -1  # marks the prediction's ends in the copier's view (never a token)
 
@@ -41,21 +42,19 @@ class PredictionDrafter(Drafter):
         proposal = self.copier.propose(self._view(ctx), k_max)
         return proposal[: proposal.index(_EDGE)] if _EDGE in proposal else proposal
 
-    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
         self._prompt_len = prompt_len
-        self.copier.start(len(self.prediction) + 2)  # the prediction is the copier's "input" side
+        self.copier.begin(len(self.prediction) + 2)  # the prediction is the copier's "input" side
 
     def reset(self) -> None:
         self.copier.reset()
 
-    def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return self.copier.holds(len(self._proposal(ctx, k_max)))
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+        return Offer(self.copier.holds(len(self._proposal(ctx, k_max))))
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         return list(self._proposal(ctx, k))
 
-    def observe(
-        self, ctx: list[int], by: Drafter | None, drafted: int, accepted: int, confidence: Sequence[float] = ()
-    ) -> None:
-        mine = self.copier if by is self else by
-        self.copier.observe(self._view(ctx), mine, drafted, accepted)
+    def accept(self, ctx: list[int], verdict: Verdict) -> None:
+        mine = replace(verdict, by=self.copier) if verdict.by is self else verdict
+        self.copier.accept(self._view(ctx), mine)

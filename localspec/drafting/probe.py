@@ -12,7 +12,7 @@ token only where it is the target's own, so the text is unchanged, and the batch
 from __future__ import annotations
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.base import Drafter
+from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.costs import PROBE_ROWS, CostModel
 from localspec.drafting.policy import SEEN_TOKENS, DraftPolicy
 
@@ -25,24 +25,28 @@ class BatchProbe(Drafter):
     def __init__(self, policy: DraftPolicy) -> None:
         self.policy = policy
         self.done: set[int] = set()  # the batch sizes it measured
-        self._answer_start = 0
+        self._answer_start, self._offered = 0, 1
 
-    def survival(self, ctx: list[int], k_max: int) -> list[float]:
-        return []
-
-    def start(self, prompt_len: int, *, fill: bool = False) -> None:
+    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
         self._answer_start = prompt_len
 
-    def probe(self, ctx: list[int], room: int, cost: CostModel) -> int:
-        wanted = self.policy.choice == "explore" and not self.policy.dropped and 1 in cost.verify
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+        self._offered = self._rows(ctx, room, cost)
+        return Offer(probe=self._offered - 1)
+
+    def _rows(self, ctx: list[int], room: int, cost: CostModel | None) -> int:
+        """The batch to measure now (1: none)."""
+        wanted = cost is not None and self.policy.choice == "explore" and not self.policy.dropped and 1 in cost.verify
         # after the answer's first tokens: the first decodes after a load run slow, and the text is seen by then
         if not wanted or room < PROBE_ROWS - 1 or len(ctx) - self._answer_start < SEEN_TOKENS:
-            return 0
-        for rows in (2, PROBE_ROWS):  # the smaller first: each is then beyond the largest measured, taken as is
-            if rows not in cost.verify and rows not in self.done:
-                self.done.add(rows)
-                return rows - 1
-        return 0
+            return 1
+        assert cost is not None
+        # the smaller first: each is then beyond the largest measured, taken as is
+        return next((n for n in (2, PROBE_ROWS) if n not in cost.verify and n not in self.done), 1)
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         return ctx[-1:] * k
+
+    def accept(self, ctx: list[int], verdict: Verdict) -> None:
+        if verdict.by is self:  # measured, or cut by a grammar: asked once either way
+            self.done.add(self._offered)
