@@ -43,13 +43,13 @@ def ask(client: openai.OpenAI, model: str, api: str, prompt: str, n_max: int | N
     extra = {"speculative.n_max": n_max} if n_max is not None else {}
     t0 = time.perf_counter()
     if api == "chat":
-        fmt = {"type": "json_schema", "json_schema": {"name": "people", "schema": SCHEMA}}
-        messages = [{"role": "user", "content": prompt}]
+        fmt: Any = {"type": "json_schema", "json_schema": {"name": "people", "schema": SCHEMA}}
+        messages: Any = [{"role": "user", "content": prompt}]
         reply: Any = client.chat.completions.create(
             model=model, messages=messages, response_format=fmt, temperature=0, max_tokens=300, extra_body=extra
         )
     else:
-        text = {"format": {"type": "json_schema", "name": "people", "schema": SCHEMA}}
+        text: Any = {"format": {"type": "json_schema", "name": "people", "schema": SCHEMA}}
         reply = client.responses.create(
             model=model, input=prompt, text=text, temperature=0, max_output_tokens=300, extra_body=extra
         )

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import httpx
 
@@ -68,7 +69,7 @@ def _ask(url: str, prompt: str, max_tokens: int, prediction: str | None) -> dict
     }
     if prediction is not None:
         body["prediction"] = {"type": "content", "content": prediction}
-    t0, first, parts, usage = time.perf_counter(), None, [], {}
+    t0, first, parts, usage = time.perf_counter(), None, [], dict[str, Any]()
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -92,7 +93,7 @@ def main() -> None:
     task = next(p for p in BUILTIN_PROMPTS if p["task"] == "edit-bugfix")["prompt"]
     common = ["--model-alias", "localspec", "--ctx", "4096"]
     (spec_proc, spec_url), (alone_proc, alone_url) = _start(*common), _start(*common, "--no-draft")
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
             fresh = [f"(request {os.getpid()}-{r}{part})\n{task}" for part in "ab"]
@@ -118,16 +119,13 @@ def main() -> None:
         for proc in (spec_proc, alone_proc):
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-    base = median(float(row["total"]) for row in rows if row["way"] == "target alone")  # type: ignore[arg-type]
+    base = median(float(row["total"]) for row in rows if row["way"] == "target alone")
     print(f"\n{'way':22} {'total s':>8} {'first token s':>13} {'HTTP share':>10} {'vs target alone':>15}")
     for way in ("target alone", "default", "default + prediction"):
         mine = [row for row in rows if row["way"] == way]
-        total = median(float(row["total"]) for row in mine)  # type: ignore[arg-type]
-        ttft = median(float(row["ttft"]) for row in mine)  # type: ignore[arg-type]
-        share = median(
-            1 - float(row["usage"]["localspec"]["time_to_first_token"]) / float(row["ttft"])  # type: ignore[index]
-            for row in mine
-        )
+        total = median(float(row["total"]) for row in mine)
+        ttft = median(float(row["ttft"]) for row in mine)
+        share = median(1 - float(row["usage"]["localspec"]["time_to_first_token"]) / float(row["ttft"]) for row in mine)
         print(f"{way:22} {total:8.2f} {ttft:13.2f} {share:10.1%} {base / total:14.2f}×")
     print("texts equal to the target alone's:", all(row["same_text"] for row in rows))
     if args.json:

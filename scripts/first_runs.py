@@ -61,10 +61,10 @@ def main() -> None:
     for k in (2, 3, 4):
         ratios = []
         for p in range(args.fixed_pairs):
-            ways = [("k", [*common, "--k", str(k)]), ("alone", [*common, "--no-draft"])]
+            pair = [("k", [*common, "--k", str(k)]), ("alone", [*common, "--no-draft"])]
             timed = {
                 name: run(flags, args.prompt, args.max_tokens, 1, fresh_cache())
-                for name, flags in ways[:: 1 - 2 * (p % 2)]
+                for name, flags in pair[:: 1 - 2 * (p % 2)]
             }
             ratios.append(timed["alone"]["wall"] / timed["k"]["wall"])
         fixed[k] = statistics.median(ratios)

@@ -263,13 +263,13 @@ def _session(
     if store is not None and cost is not None:
         store.curve = {n: s for n, s in cost.curve().items() if n <= 64}
         if policy is not None:
-            d = drafters[0] if drafters else None
+            last = drafters[0] if drafters else None
             store.kept = policy.settle(
                 cost,
-                d.realized if d else None,
-                d.acceptance.learned if d else None,
+                last.realized if last else None,
+                last.acceptance.learned if last else None,
                 clock.now,
-                d.answer_lengths if d else (),
+                last.answer_lengths if last else (),
             )
     return clock.now, first
 

@@ -15,6 +15,7 @@ ROOMS = {
     "drafting": 3,
     "decoding": 4,
     "api": 5,
+    "machine": 5,
     "config": 5,
     "frontends": 6,
     "__main__": 7,
@@ -74,7 +75,17 @@ def test_only_llama_imports_llama_cpp() -> None:
     assert users and all(m.startswith("localspec.llama.") for m in users), users
 
 
+# What a frontend may import of the package: the facade (the API, the machine's report, the configuration file),
+# the ground floor, and the model-file library that `localspec models` fronts.
+FACADE = ("api", "machine", "config", "settings", "errors", "paths", "files", "process", "models", "frontends")
+
+
 def test_frontends_go_through_the_facade() -> None:
-    """Frontends read the pair through LocalSpec, never behind it (its engine)."""
-    for path in (PACKAGE / "frontends").rglob("*.py"):
-        assert "spec.engine" not in path.read_text(), path
+    """Frontends read the pair through LocalSpec (never behind it: its engine) and import nothing of the loop,
+    the drafters, the costs or llama.cpp."""
+    modules = _modules()
+    for module, path in modules.items():
+        if module.startswith("localspec.frontends"):
+            assert "spec.engine" not in path.read_text(), path
+            below = [i for i in _imports(path, modules) if i.startswith("localspec.") and i.split(".")[1] not in FACADE]
+            assert not below, (module, below)

@@ -17,7 +17,7 @@ from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftDecision, clear_win, promise
 from localspec.frontends.conversation import Conversation
-from localspec.frontends.doctor import draft_verdict
+from localspec.machine import draft_verdict
 
 GREEDY = SamplerSettings(temperature=0)
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes

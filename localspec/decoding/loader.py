@@ -13,7 +13,7 @@ from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Engine
 from localspec.drafting.base import REGISTRY, Drafter
 from localspec.drafting.calibration import decide_draft, model_key, target_costs
-from localspec.drafting.copier import Copier, LineJoin
+from localspec.drafting.copier import Copier
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftPolicy
@@ -89,6 +89,13 @@ def load_models(cfg: RunConfig) -> tuple[Model, Model | None]:
     return _load(cfg, target_path, cfg.gpu_layers), _load(cfg, draft_path, cfg.draft_gpu_layers) if draft_path else None
 
 
+def load_draft(cfg: RunConfig) -> Model | None:
+    """cfg's draft model alone, loaded now (None: cfg has none)."""
+    target_path, draft_path = cfg.paths()
+    cfg = with_context(cfg, target_path)
+    return _load(cfg, draft_path, cfg.draft_gpu_layers) if draft_path else None
+
+
 def check_pair(target_path: Path, draft_path: Path | None) -> None:
     """Refuse a draft whose vocabulary is not the target's (from the GGUF headers, nothing loaded)."""
     if draft_path is not None and (problem := mismatch(target_path, draft_path)):
@@ -138,7 +145,7 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target,
         draft,
-        copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER),
+        copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER) and Copier.name not in cfg.drafters,
         cost=cost,
         policy=policy,
         draft_path=draft_path,
@@ -162,7 +169,7 @@ def make_drafters(
     that explores it, the probe of a small batch's cost it is priced by."""
     drafters: list[Drafter] = []
     if copier:
-        drafters.append(Copier(LineJoin(target.piece, target.tokenize), piece=target.piece))
+        drafters.append(_registered(Copier.name, target))
     if draft is not None:
         drafters.append(DraftModelDrafter(draft, cost, policy=policy, path=draft_path))
         if policy is not None and policy.choice == "explore":

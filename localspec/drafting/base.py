@@ -95,5 +95,6 @@ REGISTRY: dict[str, DrafterFactory] = {}
 
 
 def register(name: str, factory: DrafterFactory) -> None:
-    """Make a drafter available by name (LocalSpec.load(drafters=[name]), RunConfig.drafters)."""
+    """Make a drafter available by name (LocalSpec.load(drafters=[name]), RunConfig.drafters); the built-in
+    copier is registered so, as "copier" (a registration under that name replaces it)."""
     REGISTRY[name] = factory

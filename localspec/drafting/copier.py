@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.base import Drafter, Offer, Verdict
+from localspec.drafting.base import Drafter, Offer, Verdict, register
 from localspec.drafting.costs import CostModel
+
+if TYPE_CHECKING:
+    from localspec.llama.model import Model
 
 _RUN_BUCKETS = (1, 2, 4, 8, 16, 32)  # upper bounds of the run-length buckets of the break rate
 _MAX_EDIT = 16  # longest edit (either side) it learns
@@ -385,3 +388,11 @@ class Copier(Drafter):
             self.rewrites.broken.add(ctx[src_pos])
             self.anchor, self.broke_at = src_pos, len(ctx) - 1
         self.plan, self.plan_src = [], []  # resynchronize next round
+
+
+def _for(target: Model) -> Copier:
+    """The copier of a target: its line joins and control tokens read from the target's vocabulary."""
+    return Copier(LineJoin(target.piece, target.tokenize), piece=target.piece)
+
+
+register(Copier.name, _for)  # built in, through the hook a user's drafter takes

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -13,20 +12,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from localspec.api import LocalSpec, run_config
-from localspec.core.sampling import SamplerSettings
-from localspec.core.stats import Stats
-from localspec.decoding.engine import Engine, Request
-from localspec.decoding.loader import COPIER, RunConfig, load_models
-from localspec.drafting.calibration import load_costs
-from localspec.drafting.costs import CostModel
+from localspec.api import COPIER, CostModel, LocalSpec, RunConfig, SamplerSettings, Stats, requantize, run_config
 from localspec.errors import LocalspecError
 from localspec.files import write_json
 from localspec.frontends.generate import loading
-from localspec.llama.model import Model
-from localspec.llama.model import requantize as requantize_model
-from localspec.llama.template import chat_tokens, fim_tokens
-from localspec.models.catalog import default_pair, resolve
 
 
 @dataclass(frozen=True)
@@ -165,24 +154,6 @@ def _row(strategy: str, task: str, t: Totals, base: Totals, c: float, cost: Cost
     }
 
 
-def _lookup_reference(
-    target_path: Path, prompt: list[int], max_tokens: int, n_threads: int | None, sampler: SamplerSettings, seed: int
-) -> Iterator[object]:
-    """llama-cpp-python's own prompt-lookup drafting (its draft_model= path), loaded now: a step per token."""
-    from localspec.llama.bench_lookup import prompt_lookup_llama
-
-    llm = prompt_lookup_llama(target_path, n_ctx=len(prompt) + max_tokens + 64, n_threads=n_threads)
-    return iter(
-        llm.create_completion(
-            prompt,
-            max_tokens=max_tokens,
-            **dataclasses.asdict(sampler),
-            seed=seed,
-            stream=True,
-        )
-    )
-
-
 def _counted(steps: Iterator[object], stats: Stats) -> Iterator[object]:
     for step in steps:
         stats.completion_tokens += 1
@@ -220,9 +191,11 @@ class _Clock:
     of the cached prompt's last token, as dear as a step, for the token it yields.
     """
 
-    def __init__(self, alone: Model, prompt: list[int], max_tokens: int, sampler: SamplerSettings, seed: int) -> None:
-        self.engine = Engine(alone, [], 0)
-        self.request = Request(tuple(prompt), max_tokens, sampler, seed)
+    def __init__(
+        self, alone: LocalSpec, prompt: dict[str, Any], max_tokens: int, sampler: SamplerSettings, seed: int
+    ) -> None:
+        self.alone, self.prompt = alone, prompt  # `alone` drafts nothing (k = 0)
+        self.max_tokens, self.sampler, self.seed = max_tokens, sampler, seed
         self.stats = Stats()  # of the generation running now
         self.tokens = 0  # tokens of the generations finished so far
         self.first_prefill: float | None = None
@@ -230,7 +203,10 @@ class _Clock:
 
     def _forever(self) -> Iterator[object]:
         while True:
-            run = self.engine.generate(self.request)
+            p = self.prompt
+            run = self.alone.generate(
+                p["prompt"], max_tokens=self.max_tokens, sampler=self.sampler, seed=self.seed, suffix=p.get("suffix")
+            )
             self.stats = run.stats
             yield from run
             self.tokens += self.stats.completion_tokens
@@ -271,7 +247,7 @@ def _paired(run: _Timed, clock: _Clock) -> float | None:
 
 def run_bench(
     base: RunConfig,
-    alone: Model,
+    alone: LocalSpec,
     cost: CostModel,
     prompts: list[dict[str, Any]],
     *,
@@ -284,8 +260,7 @@ def run_bench(
     """Run every strategy on every prompt as `localspec generate` would: load, prefill, decode.
 
     Each run loads its models afresh (what the user waits for) and is paired with a clock:
-    target-only decoding on `alone` (a second copy of the target, kept loaded) run alongside it, so
-    the machine's drift cancels from the speedups. With repeat > 1 each prompt runs in rounds, in
+    target-only decoding on `alone` (a second copy of the target, kept loaded, k = 0) run alongside it, so the machine's drift cancels from the speedups. With repeat > 1 each prompt runs in rounds, in
     rotated order, and each row sums its rounds. The first strategy is the baseline.
     """
     c = cost.draft_token / cost.verify_cost(1)
@@ -293,10 +268,7 @@ def run_bench(
     notes: list[str] = []
     sampler, seed = base.sampler, base.seed or 0
     for p in prompts:
-        if p.get("suffix") is not None:
-            prompt = fim_tokens(alone, p["prompt"], p["suffix"])
-        else:
-            prompt = chat_tokens(alone, [{"role": "user", "content": p["prompt"]}])
+        prompt = alone.tokens(p["prompt"], suffix=p.get("suffix"))
         totals = {st.name: Totals() for st in strategies}
         for r in range(repeat):
             for st in strategies[r % len(strategies) :] + strategies[: r % len(strategies)]:
@@ -313,7 +285,7 @@ def run_bench(
                 )
                 stats = gen.stats
                 run = _Timed(iter(gen))
-                speed = _paired(run, _Clock(alone, prompt, max_tokens, sampler, seed))
+                speed = _paired(run, _Clock(alone, p, max_tokens, sampler, seed))
                 stats.wall_seconds = run.seconds - stats.prefill_seconds  # its own steps only
                 totals[st.name].add(stats, load, speed)
                 notes += [n for n in spec.notes if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
@@ -331,11 +303,11 @@ def run_bench(
                 t0 = time.perf_counter()
                 stats, steps = (
                     Stats(),
-                    _lookup_reference(alone.path, prompt, max_tokens, alone.n_threads, sampler, seed),
+                    alone.lookup_reference(prompt, max_tokens=max_tokens, sampler=sampler, seed=seed),
                 )
                 load = time.perf_counter() - t0
                 run = _Timed(_counted(steps, stats))
-                speed = _paired(run, _Clock(alone, prompt, max_tokens, sampler, seed))
+                speed = _paired(run, _Clock(alone, p, max_tokens, sampler, seed))
                 stats.prompt_tokens, stats.prefill_seconds, stats.wall_seconds = (
                     len(prompt),
                     run.first_step or 0.0,
@@ -351,7 +323,7 @@ def run_bench(
             if progress:
                 progress(f"{p['task']}: {LOOKUP}")
     return {
-        "target": str(alone.path),
+        "target": str(alone.target_path),
         "rows": rows,
         "notes": notes,
         "cost_ratio": c,
@@ -482,9 +454,9 @@ def bench_command(
         seed=seed,
     )
     with loading("loading the clock and measuring this machine's decode costs…"):
-        alone, d = load_models(cfg)  # the clock every run is timed against
-        cost = load_costs(alone, d)
-        del d
+        alone = LocalSpec.from_config(cfg)  # the clock every run is timed against: the target alone
+        alone.k = 0
+        cost = alone.measure_costs()  # what the rows are priced with
     runs = len(rows) * (repeat * len(chosen) + int(lookup))  # the prompt-lookup reference: one run a prompt
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)
@@ -509,7 +481,5 @@ def bench_command(
 
 def requantized(target: str | None, quant: str) -> Path:
     """The target (default: the default pair's) requantized to `quant`, made once beside it."""
-    src = resolve(target or default_pair()[0].name)
-    stem = src.stem.rsplit("-", 1)[0] if "-q" in src.stem.lower() else src.stem
-    with loading(f"requantizing {src.name} to {quant} (once)…"):
-        return requantize_model(src, src.with_name(f"{stem}-{quant.lower()}.gguf"), quant)
+    with loading(f"requantizing the target to {quant} (once)…"):
+        return requantize(target, quant)

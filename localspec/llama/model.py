@@ -66,9 +66,9 @@ def amx_weights_disabled() -> bool:
     """Whether localspec keeps weights out of llama.cpp's AMX buffers on this machine.
 
     On some AMX (Sapphire Rapids class) CPUs a native build of llama.cpp segfaults in
-    ggml_backend_amx_mul_mat at the first decode of a Q4_K model (ggml-org/llama.cpp#20824,
-    seen on this project's own 2-core machines), so where the build uses AMX, localspec
-    loads the weights without llama.cpp's extra (repacked) buffer types.
+    ggml_backend_amx_mul_mat at the first decode of a Q4_K model (ggml-org/llama.cpp#20824),
+    so where the build uses AMX, localspec loads the weights without llama.cpp's extra
+    (repacked) buffer types.
     """
     return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode("utf-8", "replace")
 

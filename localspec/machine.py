@@ -1,0 +1,106 @@
+"""The machine and the pair here, as `localspec doctor` reports them: the llama.cpp build, what the cost store
+has learned, the draft model's verdict, and a speed probe of a model file.
+
+Beside the API (localspec.api) at the facade's level: frontends read the machine here, never below it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.api import run_config
+from localspec.decoding.loader import default_threads, gpu_layers, load_models
+from localspec.drafting.calibration import cached_costs, calibrate, file_bound, kept, model_key
+from localspec.drafting.costs import CostModel
+from localspec.drafting.policy import verdict
+from localspec.llama import model as llama
+from localspec.settings import default
+
+__all__ = [
+    "Build",
+    "Speed",
+    "build",
+    "default_threads",
+    "draft_verdict",
+    "gpu_layers",
+    "learned_costs",
+    "recalibrate_pair",
+    "speed",
+]
+
+
+@dataclass(frozen=True)
+class Build:
+    """What this llama-cpp-python build is and can do."""
+
+    version: str
+    backends: list[str]  # CPU always; CUDA, Metal, Vulkan … when built in
+    system_info: str
+    gpu_offload: bool
+    exact: str | None  # None: exact batches (--exact) are available on the CPU; else how to get a build that has them
+    amx_kept_out: bool  # whether weights are kept out of llama.cpp's AMX buffers here (llama.model)
+
+
+def build() -> Build:
+    """This process's llama.cpp build."""
+    b = llama.build()
+    exact = llama.EXACT_BUILD if llama.llamafile_built() else None
+    return Build(b.version, b.backends, b.system_info, b.gpu_offload, exact, llama.amx_weights_disabled())
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Measured speed of one model: one-token decodes, and one 32-token batch (a verify)."""
+
+    tokens_per_second: float
+    batch32_seconds: float
+    one_token_seconds: float
+
+    @property
+    def batch_ratio(self) -> float:
+        """Cost of a 32-token batch in one-token decodes: near 1 on a GPU, far more on a CPU."""
+        return self.batch32_seconds / self.one_token_seconds
+
+
+def speed(path: Path, *, seconds: float = 3.0, threads: int | None = None, gpu_layers: int = 0) -> Speed:
+    """Decode greedily one token at a time for about `seconds`, then time one 32-token batch."""
+    model = llama.Model(path, n_ctx=512, n_threads=threads, n_gpu_layers=gpu_layers)
+    tokens = model.tokenize("The quick brown fox", add_bos=True)
+    logits = model.sync(tokens, 1)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds and len(tokens) < 400:
+        tokens.append(int(logits[-1].argmax()))
+        logits = model.sync(tokens, 1)
+        n += 1
+    elapsed = time.perf_counter() - t0
+    tokens += tokens[-1:] * max(0, 33 - len(tokens))
+    model.trim(len(tokens) - 32)
+    t1 = time.perf_counter()
+    model.sync(tokens, 32)
+    return Speed(n / elapsed, time.perf_counter() - t1, elapsed / n)
+
+
+def _keys(target: Path, draft: Path, threads: int, ctx: int) -> tuple[str, str]:
+    layers = 999 if llama.gpu_offload_supported() else 0
+    return (
+        model_key(target, threads=threads, gpu_layers=layers, ctx=ctx),
+        model_key(draft, threads=threads, gpu_layers=layers, ctx=ctx),
+    )
+
+
+def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = default("ctx")) -> str:
+    """What `generate` does with the draft model here, as its policy says (default settings)."""
+    keys = _keys(target, draft, threads, ctx)
+    return verdict(kept(*keys), cached_costs(keys[0]), file_bound(target, draft))
+
+
+def learned_costs(target: Path, draft: Path, threads: int, ctx: int = default("ctx")) -> CostModel | None:
+    """The verify costs `generate` uses here (default settings); None before any run has learned them."""
+    return cached_costs(_keys(target, draft, threads, ctx)[0])
+
+
+def recalibrate_pair(threads: int) -> None:
+    """Measure the default pair afresh now and keep that as its learned costs."""
+    calibrate(*load_models(run_config(threads=threads)))
