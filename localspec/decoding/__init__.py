@@ -1,1 +1,1 @@
-"""The speculative loop and its policy: the engine, the planner, conversations, and loading a pair."""
+"""The speculative loop and its policy: the engine, the planner that picks each round's draft, and loading a pair."""

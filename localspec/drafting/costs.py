@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 QUIET = 1.15  # a session whose speed is within this factor of the quiet curve may teach the curve a slowdown
 _FLOOR_BATCH = 64  # the batch size whose per-token cost bounds a prefill's
 PROBE_ROWS = 4  # the batch whose cost against one decode says how compute-bound decodes are here (probe.py)
-# How much dearer than its size's share a draft token is per unit of the machine's compute-bound share: fitted to
-# the 0.5B Q4_K_M draft against the 1.5B's Q8_0 on a 2-core AMD EPYC (0.40 of a decode; compute-bound share 0.34)
-# and a 2-core Intel Xeon (0.32; 0.12), and F16 on the EPYC (0.21): docs/benchmarks.md, "The draft model's prior".
+# How much dearer than its size's share a draft token is per unit of the machine's compute-bound share (a smaller
+# model uses the cores less well): fitted to measured draft tokens, docs/benchmarks.md, "The draft model's prior".
 COMPUTE_PENALTY = 1.6
 
 

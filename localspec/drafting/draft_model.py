@@ -32,9 +32,8 @@ class Acceptance:
     """The draft model's per-token acceptance rate alpha, predicted as its `agreement` times the target's recent
     `confidence` (its top probability at temperature 1, averaged over recent positions).
 
-    How often a draft token holds follows how sure the target is of the text: the 0.5B draft of the 1.5B
-    Qwen2.5-Coder target, 128 tokens each, accepted 0.58-0.94 of its tokens on an open chat, an explanation,
-    SQL and code, at 0.93-1.10 times the target's mean top probability there (greedy and at T 0.8). So the
+    How often a draft token holds follows how sure the target is of the text (docs/benchmarks.md, "The draft
+    model's policy": acceptance near a constant times the target's mean top probability, across texts). So the
     agreement is learned from the drafted rounds (decayed counts: accepted tokens over the confidence-weighted
     trials), carried from run to run, and what the text is like now comes from the target's own decodes, which
     every round computes anyway: prose the draft would not keep is seen before the draft model is loaded.

@@ -50,11 +50,11 @@ FORGET_RUNS = 16  # runs without drafting after which a kept agreement below 1 i
 SEEN_TOKENS = 8  # answer tokens whose confidence is seen before a draft model not loaded yet may be
 ANSWER_DECAY = 0.3  # the weight of a new answer's length in the pair's typical length
 # From a compute-bound share of a decode of CPU_SHARE on, a draft model's first load is priced at CPU_LOAD times the
-# target's: on a 2-core AMD EPYC the 0.5B draft loaded in 1.8-3.0 s in the middle of answers of the 1.5B Q8_0 and
-# F16 targets, loaded themselves in about 1.3 s (0.6-0.9 s on its own; docs/benchmarks.md).
+# target's: loaded in the middle of an answer on a CPU it competes with the target's threads (docs/benchmarks.md,
+# "The draft model's prior").
 CPU_SHARE, CPU_LOAD = 0.25, 2.0
-# The verdict's noise band: eight tries with a Q8_0 target gave margins with a range of 0.031
-# (scripts/margin-trace.json); a verdict flips only beyond 1 +- NOISE, over twice that range.
+# The verdict's noise band: a verdict flips only beyond 1 +- NOISE, over twice the range of repeated tries' margins
+# (docs/benchmarks.md, "The verdict's noise band").
 NOISE = 0.07
 BUDGET = 0.03  # the most of the user's seconds on a pair that its explorations and tries may cost
 FIRST_WAIT = 1  # runs without the draft model before its first try

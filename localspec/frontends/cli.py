@@ -1,4 +1,4 @@
-"""The `localspec` command line (typer): generate, chat, serve, bench, models and doctor."""
+"""The `localspec` command line (typer): generate, chat, serve, bench, models, config and doctor."""
 
 from __future__ import annotations
 
