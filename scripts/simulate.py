@@ -235,7 +235,7 @@ def _session(
     for turn in range(history.turns):
         new = history.prompt if turn == 0 else history.question
         ctx += [1] * new
-        for d in drafters:
+        for d in planner.drafters:
             d.begin(len(ctx))
         seconds = new * profile.prefill * profile.t1
         clock.now += seconds
