@@ -30,7 +30,7 @@ class Run:
 
     def __init__(self, request: Request, piece: str, pace: float) -> None:
         self.request, self.piece, self.pace = request, piece, pace
-        self.stats, self.tokens, self.logprobs, self.started = Stats(), [], None, False
+        self.stats, self.tokens, self.logprobs, self.started = Stats(), list[int](), None, False
 
     def __iter__(self) -> Iterator[Piece]:
         self.started = True

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from conftest import assert_same_tokens
@@ -149,11 +149,12 @@ def test_a_fill_in_the_middle_is_known_by_its_suffix_or_its_tokens(target_path: 
     spec = LocalSpec.load(str(target_path), draft="copier", ctx=2048)
     copier = spec.engine.drafter("copier")
     assert isinstance(copier, Copier)
-    for prompt, options, fill in [
+    cases: list[tuple[str, dict[str, Any], bool]] = [
         ("def double(x):\n", {"suffix": "\nprint(double(2))\n"}, True),
         ("<|fim_prefix|>def double(x):\n<|fim_suffix|>\nprint(double(2))\n<|fim_middle|>", {"raw": True}, True),
         ("def double(x):\n", {"raw": True}, False),
-    ]:
+    ]
+    for prompt, options, fill in cases:
         spec.generate(prompt, temperature=0, max_tokens=4, **options).result()
         assert copier.quotes_input is not fill
 
@@ -165,7 +166,7 @@ def test_generations_keep_their_own_settings_whatever_the_order(target_path: Pat
     prompt = "Write one sentence about rivers."
     settings = [(0.0, 1), (1.3, 7)]
 
-    def make(temperature: float, seed: int):  # type: ignore[no-untyped-def]
+    def make(temperature: float, seed: int):
         return spec.generate(prompt, temperature=temperature, seed=seed, max_tokens=24)
 
     alone = []
@@ -190,7 +191,7 @@ def test_options_given_at_load_are_honoured_and_checked_once(
     checks: list[str] = []
     check = Setting.check
 
-    def counted(self: Setting, value: object) -> object:
+    def counted(self: Setting, value: Any) -> object:
         checks.append(self.name)
         return check(self, value)
 

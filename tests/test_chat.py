@@ -85,7 +85,9 @@ def test_second_turn_prefills_only_its_new_tokens(conv: Conversation) -> None:
         (i for i, (a, b) in enumerate(zip(cached, second, strict=False)) if a != b), min(len(cached), len(second))
     )
     assert reused >= len(first) + len(reply) - 1  # the whole history was still in the cache ...
-    assert conv.last.prefill_tokens == len(second) - reused  # ... and only the rest was decoded
+    assert (
+        conv.last is not None and conv.last.prefill_tokens == len(second) - reused
+    )  # ... and only the rest was decoded
     assert conv.last.prefill_tokens <= len(second) - len(first) - len(reply) + 1
 
 
@@ -116,7 +118,7 @@ def test_ctrl_c_mid_reply_keeps_partial_reply_and_repl(conv: Conversation, tmp_p
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
     partial = data["messages"][1]["content"]
     assert partial and len(conv.messages[1]["tokens"]) < 400
-    assert conv.last.finish_reason == "length"  # it did not finish by itself
+    assert conv.last is not None and conv.last.finish_reason == "length"  # it did not finish by itself
 
 
 def test_ctrl_c_at_prompt_clears_the_line(conv: Conversation) -> None:
@@ -135,7 +137,7 @@ def test_save_then_load_round_trips(conv: Conversation, target: Model, draft: Mo
     assert other.to_json() == conv.to_json() and other.system == "You answer in one word."
     assert len(target.tokens) > 20  # /load prefilled the conversation
     drive(other, "Capital of Italy?\r/exit\r")
-    assert other.last.prefill_tokens < 20  # ... so the next turn decodes only its own tokens
+    assert other.last is not None and other.last.prefill_tokens < 20  # ... so the next turn decodes only its own
 
 
 def test_set_changes_the_settings_for_real(conv: Conversation) -> None:

@@ -81,8 +81,8 @@ def test_slash_commands(line: str, expect: str) -> None:
 def test_set_changes_the_settings() -> None:
     conv = _conversation()
     drive(
-        conv,
-        "/set k 6\r/set temperature 0.7\r/set top_k 5\r/set top_p 0.5\r/set min_p 0.2\r"  # type: ignore[arg-type]
+        conv,  # type: ignore[arg-type]
+        "/set k 6\r/set temperature 0.7\r/set top_k 5\r/set top_p 0.5\r/set min_p 0.2\r"
         "/set max_tokens 7\r/set k auto\r/exit\r",
     )
     s = conv.sampler

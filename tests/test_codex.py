@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_server import MODEL, Server
@@ -60,7 +61,7 @@ def codex_home(tmp_path: Path, agent_server: Server) -> Path:
     return home
 
 
-def _exec(codex: Path, home: Path, workdir: Path, prompt: str) -> list[dict[str, object]]:
+def _exec(codex: Path, home: Path, workdir: Path, prompt: str) -> list[dict[str, Any]]:
     """`codex exec --json PROMPT` in `workdir`: its events, one JSON object a line."""
     done = subprocess.run(
         [str(codex), "exec", "--json", "--skip-git-repo-check", prompt],

@@ -28,7 +28,7 @@ class Pair:
     reply says "ok" and records the prompt it was given."""
 
     def __init__(self, n_ctx: int) -> None:
-        self.n_ctx, self.prompts, self.prefilled = n_ctx, [], []
+        self.n_ctx, self.prompts, self.prefilled = n_ctx, list[Any](), list[Any]()
         self.k, self.pair = None, "stand-in"
         self.config = SimpleNamespace(sampler=SamplerSettings(), seed=0)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def _session(kept: dict, observe) -> dict:
 def test_a_busy_hour_is_forgotten_not_learned() -> None:
     """Two busy loops on the cores: one-token decodes 1.9x slower, batches 1.2x (spin-waiting threads hurt
     short decodes most, which flattens the curve), the draft measured in a quiet moment between them."""
-    kept = {"verify": dict(QUIET), "draft": DRAFT, "draft_prefill": DRAFT_PREFILL}
+    kept: dict[str, Any] = {"verify": dict(QUIET), "draft": DRAFT, "draft_prefill": DRAFT_PREFILL}
 
     def busy(cost: CostModel) -> None:
         for _ in range(300):
@@ -44,7 +45,11 @@ def test_a_busy_hour_is_forgotten_not_learned() -> None:
 
 def test_a_curve_measured_under_load_is_corrected_by_quiet_runs() -> None:
     """The first calibration ran beside a compiler (everything 2x): quiet runs bring it down at once."""
-    kept = {"verify": {n: 2 * s for n, s in QUIET.items()}, "draft": 2 * DRAFT, "draft_prefill": 2 * DRAFT_PREFILL}
+    kept: dict[str, Any] = {
+        "verify": {n: 2 * s for n, s in QUIET.items()},
+        "draft": 2 * DRAFT,
+        "draft_prefill": 2 * DRAFT_PREFILL,
+    }
 
     def quiet(cost: CostModel) -> None:
         for _ in range(20):

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localspec.drafting.policy import BUDGET, MAX_WAIT, NOISE, DraftDecision, DraftPolicy, Kept
+from localspec.drafting.policy import BUDGET, MAX_WAIT, NOISE, Choice, DraftDecision, DraftPolicy, Kept
 from localspec.files import read_json, update_json
 
 TRACE = Path(__file__).parent.parent / "scripts" / "margin-trace.json"
 
 
-def _history(margins: list[float], seconds: float = 20.0, try_cost: float = 1.5) -> tuple[list[str], list[bool]]:
+def _history(margins: list[float], seconds: float = 20.0, try_cost: float = 1.5) -> tuple[list[Choice], list[bool]]:
     """Choices and verdicts of a run per margin measured where the draft model is loaded (a skipped run
     recomputes the margin from the kept costs: the last one measured)."""
     d, choices, verdicts, kept = DraftDecision(), [], [], None

@@ -11,6 +11,7 @@ from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Stats
 from localspec.decoding.engine import Engine, Request
 from localspec.decoding.loader import make_drafters
+from localspec.drafting.copier import Copier
 from localspec.llama.model import Model, new_llama
 from localspec.llama.template import chat_tokens, raw_tokens
 
@@ -148,7 +149,8 @@ def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
     stats = run.stats
     assert_same_tokens(target, prompt, run.tokens, baseline)
     assert stats.accepted >= len(baseline) // 4 and stats.target_passes < 0.8 * len(baseline)
-    assert engine.drafter("copier").join_lines == (text is QUOTE)
+    copier = engine.drafter("copier")
+    assert isinstance(copier, Copier) and copier.join_lines == (text is QUOTE)
 
 
 def test_logits_span_batch_chunks(draft_path) -> None:

@@ -55,7 +55,7 @@ def test_valid_header(tmp_path: Path) -> None:
         (lambda d: write_gguf(d / "x.gguf", VOCAB, cut=40), "corrupt GGUF header"),
     ],
 )
-def test_bad_files_name_the_problem(tmp_path: Path, make, expect: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_files_name_the_problem(tmp_path: Path, make, expect: str) -> None:
     with pytest.raises(BadModelFile, match=expect):
         read_gguf(make(tmp_path))
 

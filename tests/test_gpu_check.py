@@ -31,7 +31,7 @@ def test_a_twin_has_the_models_shapes_and_generates(draft_path: Path, tmp_path: 
     real, made = read_gguf(draft_path), read_gguf(twin)
     assert twin.stat().st_size == draft_path.stat().st_size and made.tensors == real.tensors
     model = Model(twin, n_ctx=128)
-    prompt, out = model.tokenize("def add(a, b):"), []
+    prompt, out = model.tokenize("def add(a, b):"), list[int]()
     for _ in range(6):
         logits = model.sync(prompt + out, 1)[0]
         assert np.isfinite(logits).all() and logits.std() > 0

@@ -23,6 +23,7 @@ def hub_cache(tmp_path: Path, gemma_path: Path) -> dict[str, str]:
     """A Hugging Face cache holding REPO with two GGUF files (Gemma 3 270M linked in, no copy), offline."""
     repo = tmp_path / "hub" / f"models--{REPO.replace('/', '--')}"
     sha = catalog()["gemma-3-270m"].sha256
+    assert sha is not None
     (repo / "blobs").mkdir(parents=True)
     (repo / "blobs" / sha).symlink_to(gemma_path)
     (repo / "refs").mkdir()
@@ -132,6 +133,7 @@ def test_offload_flags_reach_llama_cpp(draft_path: Path) -> None:
             target=str(draft_path), draft=str(draft_path), gpu_layers=3, draft_gpu_layers=2, flash_attn=True, ctx=256
         )
     )
+    assert d is not None
     assert t.llm.model_params.n_gpu_layers == 3 and d.llm.model_params.n_gpu_layers == 2
     assert t.llm.context_params.flash_attn_type == 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
     default, _ = load_models(RunConfig(target=str(draft_path), no_draft=True, ctx=256))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from types import SimpleNamespace
 
+from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.decoding.planner import Planner
 from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.copier import Copier, LineJoin
@@ -105,9 +106,14 @@ def test_fixed_k_uses_ngram_match_else_model() -> None:
     planner = Planner([ngram, _model(None)], k=4, cost=None)
     ctx = [5, 6, 7, 8, 9, 10, 11, 5, 6]
     plan = planner.plan(ctx, room=64)
-    assert plan.drafter is ngram and plan.k == 4 and ngram.draft(ctx, 4, None, None) == [7, 8, 9, 10]
+    assert (
+        plan.drafter is ngram
+        and plan.k == 4
+        and ngram.draft(ctx, 4, SamplerSettings(), InvariantSampling(0)) == [7, 8, 9, 10]
+    )
     fresh = Planner([Copier(), _model(None)], k=4, cost=None)
-    assert fresh.plan([1, 2, 3], room=64).drafter.name == "draft_model"
+    drafter = fresh.plan([1, 2, 3], room=64).drafter
+    assert drafter is not None and drafter.name == "draft_model"
 
 
 def _replay(ctx: list[int], continuation: list[int], k: int, drafter: Copier | None = None) -> tuple[int, int]:

@@ -96,14 +96,14 @@ def test_invariant_tokens_do_not_depend_on_the_drafts() -> None:
     q_rows = [_dirichlet(rng, n, zeros=5) for _ in range(length + 70)]
     alone = [InvariantSampling(99).pick(p_rows[i], i) for i in range(length)]
     for style in ("copies", "model", "mixed"):
-        s, out = InvariantSampling(99), []
+        s, out = InvariantSampling(99), list[int]()
         while len(out) < length:
             pos, k = len(out), int(rng.integers(0, 9))
             if style == "copies" or (style == "mixed" and rng.random() < 0.5):
                 draft = [t if rng.random() < 0.7 else int(rng.integers(n)) for t in alone[pos : pos + k]]
             else:
                 draft = [s.pick(q, pos + j) for j, q in enumerate(q_rows[pos : pos + k])]
-            tokens, _ = s.verify(lambda i, pos=pos: p_rows[pos + i], draft, pos)
+            tokens, _ = s.verify(lambda i, at=pos: p_rows[at + i], draft, pos)  # type: ignore[misc]
             out += tokens
         assert out[:length] == alone
     other = [InvariantSampling(100).pick(p_rows[i], i) for i in range(length)]
@@ -181,7 +181,8 @@ def test_chain_equals_reference(s: SamplerSettings) -> None:
 
 def test_greedy_is_one_hot_argmax() -> None:
     logits = np.array([0.1, 2.0, -1.0, 1.9])
-    assert process(logits, SamplerSettings(temperature=0)).token == 1
+    greedy = process(logits, SamplerSettings(temperature=0))
+    assert isinstance(greedy, OneHot) and greedy.token == 1
 
 
 def test_minus_infinity_logits_never_sampled() -> None:

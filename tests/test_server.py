@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jsonschema
@@ -95,7 +96,8 @@ def _same(
     assert_same_tokens(target, tokens, target.tokenize(got), target.tokenize(want), sampler, seed)
 
 
-def _chat(client: openai.OpenAI, content: str, **kw: object) -> openai.types.chat.ChatCompletion:
+def _chat(client: openai.OpenAI, content: str, **kw: Any) -> Any:
+    """A chat completion of one user message (whole, or streamed with stream=True)."""
     return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], **kw)
 
 
@@ -245,7 +247,7 @@ def test_concurrent_clients_get_what_they_get_alone(server: Server, target: Mode
     """
     prompts = [f"Give one fact about the number {n}." for n in (3, 7, 12, 40)]
     alone = [_chat(server.client(), p, temperature=0, max_tokens=24).choices[0].message.content for p in prompts]
-    together: dict[int, str] = {}
+    together: dict[int, str | None] = {}
 
     def ask(i: int) -> None:
         together[i] = _chat(server.client(), prompts[i], temperature=0, max_tokens=24).choices[0].message.content

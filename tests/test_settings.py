@@ -159,7 +159,10 @@ def test_every_default_is_the_settings_tables() -> None:
     own = {"max_tokens": 400, "temperature": 0.0, "seed": 0}  # the bench's: long greedy answers, one fixed seed
     for p in bench.params:
         if p.name in SETTINGS:
-            assert p.default == own[p.name] if p.name in own else same(p.name, p.default) is None, p.name
+            if p.name in own:
+                assert p.default == own[p.name], p.name
+            else:
+                same(p.name, p.default)
     commands = {c.name: c for c in typer.main.get_command(app).commands.values()}  # type: ignore[attr-defined]
     for name in ("generate", "chat", "serve"):
         for p in commands[name].params:
