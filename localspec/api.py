@@ -330,10 +330,11 @@ class LocalSpec:
         for d in self.engine.drafters:
             d.reset()
 
-    def measure_costs(self) -> CostModel:
-        """This pair's decode costs here, measured now where the cost cache lacks them (the draft model loaded for
-        that, then let go): what `localspec bench` prices its rows with."""
-        return load_costs(self.engine.target, load_draft(self.config))
+    def measure_costs(self, pair: RunConfig | None = None) -> CostModel:
+        """The decode costs here of this target beside `pair`'s draft model (default: this session's), measured now
+        where the cost cache lacks them (the draft model loaded for that, then let go): what `localspec bench`
+        prices its rows with."""
+        return load_costs(self.engine.target, load_draft(pair or self.config))
 
     def lookup_reference(
         self, tokens: list[int], *, max_tokens: int, sampler: SamplerSettings, seed: int

@@ -15,39 +15,29 @@ from localspec.decoding.loader import default_threads, gpu_layers, load_models
 from localspec.drafting.calibration import cached_costs, calibrate, file_bound, kept, model_key
 from localspec.drafting.costs import CostModel
 from localspec.drafting.policy import verdict
-from localspec.llama import model as llama
+from localspec.llama.model import (
+    EXACT_BUILD,
+    Model,
+    amx_weights_disabled,
+    build,
+    gpu_offload_supported,
+    llamafile_built,
+)
 from localspec.settings import default
 
 __all__ = [
-    "Build",
+    "EXACT_BUILD",
     "Speed",
+    "amx_weights_disabled",
     "build",
     "default_threads",
     "draft_verdict",
     "gpu_layers",
     "learned_costs",
+    "llamafile_built",
     "recalibrate_pair",
     "speed",
 ]
-
-
-@dataclass(frozen=True)
-class Build:
-    """What this llama-cpp-python build is and can do."""
-
-    version: str
-    backends: list[str]  # CPU always; CUDA, Metal, Vulkan … when built in
-    system_info: str
-    gpu_offload: bool
-    exact: str | None  # None: exact batches (--exact) are available on the CPU; else how to get a build that has them
-    amx_kept_out: bool  # whether weights are kept out of llama.cpp's AMX buffers here (llama.model)
-
-
-def build() -> Build:
-    """This process's llama.cpp build."""
-    b = llama.build()
-    exact = llama.EXACT_BUILD if llama.llamafile_built() else None
-    return Build(b.version, b.backends, b.system_info, b.gpu_offload, exact, llama.amx_weights_disabled())
 
 
 @dataclass(frozen=True)
@@ -66,7 +56,7 @@ class Speed:
 
 def speed(path: Path, *, seconds: float = 3.0, threads: int | None = None, gpu_layers: int = 0) -> Speed:
     """Decode greedily one token at a time for about `seconds`, then time one 32-token batch."""
-    model = llama.Model(path, n_ctx=512, n_threads=threads, n_gpu_layers=gpu_layers)
+    model = Model(path, n_ctx=512, n_threads=threads, n_gpu_layers=gpu_layers)
     tokens = model.tokenize("The quick brown fox", add_bos=True)
     logits = model.sync(tokens, 1)
     n, t0 = 0, time.perf_counter()
@@ -83,7 +73,7 @@ def speed(path: Path, *, seconds: float = 3.0, threads: int | None = None, gpu_l
 
 
 def _keys(target: Path, draft: Path, threads: int, ctx: int) -> tuple[str, str]:
-    layers = 999 if llama.gpu_offload_supported() else 0
+    layers = 999 if gpu_offload_supported() else 0
     return (
         model_key(target, threads=threads, gpu_layers=layers, ctx=ctx),
         model_key(draft, threads=threads, gpu_layers=layers, ctx=ctx),

@@ -45,8 +45,8 @@ class Planner:
         if room <= 0 or self.k == 0:
             return NONE
         if self.k is not None:
-            for d in self.drafters:
-                if n := len(d.offer(ctx, min(room, self.k), room, self.cost).survival):
+            for d in self.drafters:  # the first with a proposal drafts it: no price asked (cost None)
+                if n := len(d.offer(ctx, min(room, self.k), room, None).survival):
                     return Plan(d, n)
             return NONE
         cost = self.cost

@@ -194,7 +194,7 @@ class _Clock:
     def __init__(
         self, alone: LocalSpec, prompt: dict[str, Any], max_tokens: int, sampler: SamplerSettings, seed: int
     ) -> None:
-        self.alone, self.prompt = alone, prompt  # `alone` drafts nothing (k = 0)
+        self.alone, self.prompt = alone, prompt  # `alone` has no drafter
         self.max_tokens, self.sampler, self.seed = max_tokens, sampler, seed
         self.stats = Stats()  # of the generation running now
         self.tokens = 0  # tokens of the generations finished so far
@@ -260,8 +260,10 @@ def run_bench(
     """Run every strategy on every prompt as `localspec generate` would: load, prefill, decode.
 
     Each run loads its models afresh (what the user waits for) and is paired with a clock:
-    target-only decoding on `alone` (a second copy of the target, kept loaded, k = 0) run alongside it, so the machine's drift cancels from the speedups. With repeat > 1 each prompt runs in rounds, in
-    rotated order, and each row sums its rounds. The first strategy is the baseline.
+    target-only decoding on `alone` (a second copy of the target, kept loaded, with no drafter) run alongside
+    it, so the machine's drift cancels from the speedups; `cost` (the pair's) prices the rows. With repeat > 1
+    each prompt runs in rounds, in rotated order, and each row sums its rounds. The first strategy is the
+    baseline.
     """
     c = cost.draft_token / cost.verify_cost(1)
     rows: list[dict[str, Any]] = []
@@ -454,9 +456,8 @@ def bench_command(
         seed=seed,
     )
     with loading("loading the clock and measuring this machine's decode costs…"):
-        alone = LocalSpec.from_config(cfg)  # the clock every run is timed against: the target alone
-        alone.k = 0
-        cost = alone.measure_costs()  # what the rows are priced with
+        alone = LocalSpec.from_config(replace(cfg, no_draft=True))  # the clock every run is timed against
+        cost = alone.measure_costs(cfg)  # what the rows are priced with: the pair's
     runs = len(rows) * (repeat * len(chosen) + int(lookup))  # the prompt-lookup reference: one run a prompt
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)

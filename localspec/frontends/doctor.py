@@ -5,7 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from localspec.errors import LocalspecError
-from localspec.machine import build, default_threads, draft_verdict, gpu_layers, learned_costs, recalibrate_pair, speed
+from localspec.machine import (
+    EXACT_BUILD,
+    amx_weights_disabled,
+    build,
+    default_threads,
+    draft_verdict,
+    gpu_layers,
+    learned_costs,
+    llamafile_built,
+    recalibrate_pair,
+    speed,
+)
 
 
 def learned_curve(target: Path, draft: Path, threads: int) -> str:
@@ -31,9 +42,13 @@ def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> Non
     print(f"system info: {b.system_info}")
     print(
         "exact batches (--exact): "
-        + (f"not with this build (llamafile's kernels are in): {b.exact}" if b.exact else "available on the CPU")
+        + (
+            f"not with this build (llamafile's kernels are in): {EXACT_BUILD}"
+            if llamafile_built()
+            else "available on the CPU"
+        )
     )
-    if b.amx_kept_out:
+    if amx_weights_disabled():
         print(
             "AMX: weights kept in plain CPU buffers (llama.cpp's AMX path crashes on some CPUs: ggml-org/llama.cpp#20824)"
         )
