@@ -145,18 +145,32 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
         answers: dict[str, list[int]] = {}
         for way, cfg in (
             ("default", RunConfig(target=str(paths["target"]), draft=str(paths["draft"]), sampler=greedy)),
+            ("k4_sampled", RunConfig(target=str(paths["target"]), draft=str(paths["draft"]), k=4, copier=False)),
             ("no_draft", RunConfig(target=str(paths["target"]), no_draft=True, sampler=greedy)),
         ):
             cfg.gpu_layers = cfg.draft_gpu_layers = gpu_layers
             engine, policy = load_engine(cfg)
             ids = chat_tokens(engine.target, [{"role": "user", "content": prompt}])
             start = time.perf_counter()
-            run_ = engine.generate(Request(tuple(ids), tokens, greedy))
+            run_ = engine.generate(Request(tuple(ids), tokens, cfg.sampler))
             for _ in run_:
                 pass
-            completion = run_.tokens
+            completion, st = run_.tokens, run_.stats
             row[way], answers[way] = (
-                {"seconds": time.perf_counter() - start, "notes": policy.notes if policy else []},
+                {
+                    "seconds": time.perf_counter() - start,
+                    "notes": policy.notes if policy else [],
+                    # where a round's time goes: the target's decodes, the draft model's, the host's (the rest)
+                    "ms_per_round": {
+                        part: seconds * 1e3 / max(st.target_passes, 1)
+                        for part, seconds in (
+                            ("target", st.target_seconds),
+                            ("draft", st.draft_seconds),
+                            ("host", st.host_seconds),
+                        )
+                    },
+                    "host_ms_per_token": (st.host_per_token or 0.0) * 1e3,
+                },
                 completion,
             )
             if way == "no_draft":
@@ -213,6 +227,13 @@ def table(r: dict[str, Any]) -> str:
         f"| default vs --no-draft, measured × (random twins): {row['prompt'][:40]} | "
         f"{row['speedup']:.2f} ({row['same']}) |"
         for row in r["runs"]
+    ]
+    lines += [
+        f"| ms a round, target / draft / host, {way}: {row['prompt'][:40]} | "
+        + " / ".join(f"{ms:.2f}" for ms in row[way]["ms_per_round"].values())
+        + f" (host {row[way]['host_ms_per_token']:.3f} ms a token) |"
+        for row in r["runs"]
+        for way in ("no_draft", "default", "k4_sampled")
     ]
     return "\n".join(lines) + "\n"
 

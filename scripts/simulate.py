@@ -38,7 +38,10 @@ from localspec.drafting.policy import DraftPolicy, Kept
 from localspec.drafting.probe import BatchProbe
 
 GREEDY = SamplerSettings(temperature=0)
-ROUND_OVERHEAD = 0.0015  # seconds of Python per round (sampling, the grammar-free verify, bookkeeping)
+# The host's seconds outside llama_decode, as the loop spends them on a 2-core AMD EPYC at the default sampler
+# (scripts/host_time.py): per round (the planner, the drafters' bookkeeping), per sampled position, per draft-model
+# token. A faster CPU spends less; the GPU and laptop profiles are priced with these all the same.
+HOST_ROUND, HOST_POSITION, HOST_DRAFT = 0.00012, 0.00012, 0.00025
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,13 @@ class Profile:
     target_load: float
     draft_load: float
     bound: float
+    host_round: float = HOST_ROUND
+    host_position: float = HOST_POSITION
+    host_draft: float = HOST_DRAFT
+
+    def without_host(self) -> Profile:
+        """The same machine with a loop that costs nothing outside llama_decode."""
+        return replace(self, host_round=0.0, host_position=0.0, host_draft=0.0)
 
     def verify(self, n: int) -> float:
         ns = sorted(self.curve)
@@ -152,10 +162,11 @@ class Clock:
 
 
 class FakeModel:
-    """A draft model that only keeps time: a one-token decode costs `token` seconds, a batch `batch` a token."""
+    """A draft model that only keeps time: a one-token decode costs `token` seconds, a batch `batch` a token, and
+    the host `host` seconds a call (sampling the token it drafts)."""
 
-    def __init__(self, clock: Clock, token: float, batch: float) -> None:
-        self.clock, self.token, self.batch = clock, token, batch
+    def __init__(self, clock: Clock, token: float, batch: float, host: float) -> None:
+        self.clock, self.token, self.batch, self.host = clock, token, batch, host
         self.tokens: list[int] = []
         self.n_decoded = 0
         self.decode_seconds = 0.0
@@ -168,7 +179,7 @@ class FakeModel:
             keep = min(keep, len(tokens) - 1)
         new = len(tokens) - keep
         seconds = self.token if new == 1 else new * self.batch
-        self.clock.now += seconds
+        self.clock.now += seconds + self.host
         self.decode_seconds += seconds
         self.tokens = list(tokens)
         self.n_decoded += new
@@ -183,9 +194,11 @@ class FakeModel:
 
 @dataclass
 class Store:
-    """What the cost store keeps between runs of one pair: the target's quiet curve and the draft's Kept."""
+    """What the cost store keeps between runs of one pair: the target's quiet curve, the host's seconds (a round,
+    a position, a draft token) and the draft's Kept."""
 
     curve: dict[int, float] = field(default_factory=dict)
+    host: tuple[float, float, float] = (0.0, 0.0, 0.0)
     kept: Kept = field(default_factory=Kept)
 
 
@@ -205,11 +218,14 @@ def _session(
     fixed k; `draft` False: the target alone."""
     clock = Clock()
     clock.now = profile.target_load
-    cost = CostModel(dict(store.curve)) if store is not None else None
+    cost = None
+    if store is not None:
+        cost = CostModel(dict(store.curve))
+        cost.host_round, cost.host_position, cost.host_draft = store.host
     policy = None
     drafters: list[DraftModelDrafter] = []
     if draft:
-        model = FakeModel(clock, profile.draft * profile.t1, profile.draft_prefill * profile.t1)
+        model = FakeModel(clock, profile.draft * profile.t1, profile.draft_prefill * profile.t1, profile.host_draft)
 
         def load() -> FakeModel:
             clock.now += profile.draft_load
@@ -251,17 +267,20 @@ def _session(
                 first = out
             n = len(drafted) + 1
             verify = profile.verify(n)
-            clock.now += verify + ROUND_OVERHEAD
-            if cost is not None:
-                cost.observe_verify(n, verify)
             accepted = 0
             while accepted < len(drafted) and plan.drafter not in probes and rng.random() < alpha:
                 accepted += 1
+            sampled = profile.host_position * (accepted + 1)
+            clock.now += verify + profile.host_round + sampled
+            if cost is not None:
+                cost.observe_verify(n, verify)
+                cost.observe_host(profile.host_round, sampled, accepted + 1)
             ctx += [*drafted[:accepted], 3]  # the accepted draft, then the target's own token
             out += accepted + 1
             planner.accept(ctx, replace(plan, k=len(drafted)), accepted, [alpha] * (accepted + 1))
     if store is not None and cost is not None:
         store.curve = {n: s for n, s in cost.curve().items() if n <= 64}
+        store.host = (cost.host_round, cost.host_position, cost.host_draft)
         if policy is not None:
             last = drafters[0] if drafters else None
             store.kept = policy.settle(
@@ -312,18 +331,27 @@ def simulate(profile: Profile, history: History, alpha: float, runs: int, seed: 
     }
 
 
+def with_and_without_host(profile: Profile, history: History, alpha: float, runs: int) -> dict[str, Any]:
+    """One cell simulated with the host's time and again without it (`no_host`: the same figures)."""
+    return {
+        **simulate(profile, history, alpha, runs),
+        "no_host": simulate(profile.without_host(), history, alpha, runs),
+    }
+
+
 def table(cells: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| profile | history | alpha | best fixed k (× alone) | first draft in run 1 | run 1 | runs 2+ vs best k (median) | all runs × alone | regret | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| profile | history | alpha | best fixed k (× alone) | first draft in run 1 | run 1 | runs 2+ vs best k (median) | all runs × alone | regret | verdict | without host time: best fixed k, all runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         first = "—" if c["first_draft"] is None else f"token {c['first_draft']}"
         later = "—" if c["later"] is None else f"{c['later']:.2f}×"
+        bare = c["no_host"]
         lines.append(
             f"| {c['profile']} | {c['history']} | {c['alpha']:.2f} | k={c['best_k']} {c['best_speedup']:.2f}× | "
             f"{first} | {c['run1']:.2f}× | {later} | {c['speedup']:.2f}× | {max(c['regret'], 0) * 100:.1f}% | "
-            f"{'uses' if c['uses'] else 'no'} |"
+            f"{'uses' if c['uses'] else 'no'} | k={bare['best_k']} {bare['best_speedup']:.2f}×, {bare['speedup']:.2f}× |"
         )
     return "\n".join(lines)
 
@@ -331,7 +359,12 @@ def table(cells: Sequence[dict[str, Any]]) -> str:
 def grid(
     profiles: Sequence[str], histories: Sequence[str], texts: Sequence[float], runs: int, *, each: Callable[..., Any]
 ) -> list[dict[str, Any]]:
-    return [each(simulate(PROFILES[p], HISTORIES[h], a, runs)) for p in profiles for h in histories for a in texts]
+    return [
+        each(with_and_without_host(PROFILES[p], HISTORIES[h], a, runs))
+        for p in profiles
+        for h in histories
+        for a in texts
+    ]
 
 
 def main() -> None:

@@ -43,6 +43,11 @@ JSON_FIELDS = {
     "time_to_first_token",
     "total_seconds",
     "first_token_seconds",
+    "target_seconds",
+    "draft_seconds",
+    "host_seconds",
+    "host_seconds_per_token",
+    "host_seconds_per_round",
 }
 
 
@@ -58,6 +63,9 @@ def test_generate_json_record(target_path, draft_path) -> None:
     assert out["text"].strip() and out["seed"] == 7 and out["k"] == "auto"
     assert out["accepted"] <= out["drafted"]
     assert out["completion_tokens"] <= out["accepted"] + out["target_passes"]
+    host = out["wall_seconds"] - out["target_seconds"] - out["draft_seconds"]  # outside both models' decodes
+    assert out["host_seconds"] == pytest.approx(host) and 0 < host < out["wall_seconds"]
+    assert out["host_seconds_per_round"] == pytest.approx(host / out["target_passes"])
     assert out["finish_reason"] in ("stop", "length")
     assert out["target"].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     if out["draft"] is None:  # left out (where it cannot win here), or never loaded (it waits for a long answer)

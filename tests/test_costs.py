@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from localspec.drafting.costs import CostModel
+from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.policy import clear_win
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,3 +160,43 @@ def test_a_first_run_learns_its_curve_from_its_own_decodes() -> None:
     assert cost.verify_cost(4) == pytest.approx(0.130)
     cost.observe_verify(2, 0.100)  # between measured sizes: halfway from the interpolation (0.070)
     assert cost.curve()[2] == pytest.approx(0.085, rel=0.05)  # (the scale reads the machine as slower now)
+
+
+# A 7B target on a consumer GPU (seconds): a flat verify curve, a 0.5B draft token at a tenth of a decode.
+GPU = {1: 0.006, 2: 0.0065, 4: 0.0073, 8: 0.009, 16: 0.012, 32: 0.019}
+
+
+def test_host_time_is_learned_by_part_from_live_rounds() -> None:
+    """A fixed part a round, a part a sampled position (none sampled: the round's), a part a draft token; an
+    outlier (a garbage collection) moves the kept figure by at most four times it, a twentieth at a time."""
+    cost = CostModel(dict(GPU))
+    for positions in (1, 3, 2, 5) * 50:
+        cost.observe_host(0.0001, 0.00015 * positions, positions)
+    assert cost.host_round == pytest.approx(0.0001) and cost.host_position == pytest.approx(0.00015)
+    cost.observe_host(0.001, 0.0, 0)  # all decided by a grammar: the whole round is its fixed part
+    assert cost.host_round == pytest.approx(0.0001 + 0.05 * 0.0003)
+    cost.observe_host(1.0, 0.0, 0)
+    assert cost.host_round < 0.0002
+    assert cost.draft_step == pytest.approx(cost.draft_token + cost.host_position)  # not measured: a position's
+    cost.observe_host_draft(0.0003)
+    assert cost.draft_step == pytest.approx(cost.draft_token + 0.0003)
+    assert cost.alone == pytest.approx(0.006 + cost.host_round + cost.host_position)
+
+
+def test_a_draft_whose_gain_host_time_eats_is_not_made() -> None:
+    """On a GPU the draft model wins at acceptance 0.8 by its decodes alone (about 2x); with the host's time of the
+    loop before its fast path (about 1 ms a sampled position, 1.2 ms a draft token) it wins 1.35x at most, with
+    today's (about 0.3 and 0.26 ms) 1.6x or more; a draft token whose sampling costs more than a decode saves is
+    not drafted at all."""
+    survival = [0.8**j for j in range(1, 9)]
+
+    def speedup(host_round: float, host_position: float, host_draft: float) -> tuple[int, float]:
+        cost = CostModel(dict(GPU), draft=0.0006, host_round=host_round, host_position=host_position)
+        cost.host_draft = host_draft
+        k, rate = best_k(survival, cost, cost.draft_step)
+        return k, rate * cost.alone  # against the target alone on the same host
+
+    assert speedup(0.0, 0.0, 0.0) > (3, 1.9)
+    assert speedup(0.0003, 0.001, 0.0012)[1] < 1.4
+    assert speedup(0.00024, 0.0003, 0.00026) > (3, 1.6)
+    assert speedup(0.0001, 0.0001, 0.008) == (0, 1.0)

@@ -61,14 +61,28 @@ def test_the_table_has_every_figure() -> None:
         "model_can_win": True,
         "draft_model_predicted": {"0.60": 1.2, "0.80": 1.7, "0.90": 2.1},
         "replay": {"edit-code": 2.5, "open-chat": 1.0},
-        "runs": [{"prompt": "Write a Python function that merges two sorted lists.", "speedup": 0.98, "same": "equal"}],
+        "runs": [
+            {
+                "prompt": "Write a Python function that merges two sorted lists.",
+                "speedup": 0.98,
+                "same": "equal",
+                **{
+                    way: {"ms_per_round": {"target": 6.0, "draft": d, "host": 0.2}, "host_ms_per_token": 0.1}
+                    for way, d in (("no_draft", 0.0), ("default", 1.5), ("k4_sampled", 2.4))
+                },
+            }
+        ],
     }
     text = gpu_check.table(result)
     assert (
         "10.0 / 10.0 / 11.0 / 11.0 / 12.0 / 14.0 / 20.0" in text
         and "| draft model can win (at 90% acceptance) | yes |" in text
     )
-    assert "edit-code | 2.50 |" in text and "0.98 (equal)" in text and text.count("\n| ") == 11
+    assert "edit-code | 2.50 |" in text and "0.98 (equal)" in text and text.count("\n| ") == 14
+    assert (
+        "ms a round, target / draft / host, k4_sampled: Write a Python function that merges two  | 6.00 / 2.40 / 0.20"
+        in text
+    )
 
 
 @pytest.mark.slow
@@ -80,4 +94,9 @@ def test_the_device_run_works_on_a_cpu(draft_path: Path, tmp_path: Path, monkeyp
     assert list(result["verify_ms"]) == [1, 2, 4, 8, 16, 32, 64] and result["draft_token"] > 0
     assert result["replay"] and all(x > 0 for x in result["replay"].values())
     assert all(not r["same"].startswith("DIFFERENT") for r in result["runs"]), result["runs"]
+    assert all(
+        r["k4_sampled"]["ms_per_round"]["draft"] > 0 < r[w]["host_ms_per_token"]
+        for r in result["runs"]
+        for w in ("no_draft", "k4_sampled")
+    )
     assert (tmp_path / "out" / "gpu-table.md").read_text().startswith("Device: no NVIDIA GPU (CPU)")

@@ -14,7 +14,7 @@ drafts argmax(log q + g) with the same g.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -47,8 +47,14 @@ class OneHot:
 
     def __init__(self, token: int) -> None:
         self.token = token
-        self.ids = np.array([token], dtype=np.int64)
-        self.p = np.ones(1)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.array([self.token], dtype=np.int64)
+
+    @property
+    def p(self) -> np.ndarray:
+        return np.ones(1)
 
 
 class Probs:
@@ -73,60 +79,162 @@ def support(d: Dist) -> tuple[np.ndarray, np.ndarray]:
     return d.ids, d.p
 
 
-def _sorted_prefix(logits: np.ndarray, cand: np.ndarray, z: float, lmax: float, top_p: float) -> np.ndarray:
-    """The candidates sorted by descending logit, cut to the smallest prefix with mass >= top_p.
+_STRIDE = 32  # a strided sample of the logits bounds their m largest cheaply: its m-th largest has m above it
+# How far a float32 estimate of a full-vocabulary mass may be from the float64 sum (relative; a rounded difference
+# from the largest logit costs 6e-8 per unit of it, float32's exp and sum about 1e-6): the bound is four times that.
+_MASS_ERROR = 2e-5
 
-    Sorts only as many of the largest candidates as needed (argpartition first), so a
-    full-vocabulary top-p stays cheap; the result is the same as sorting everything.
+
+def _ranked(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """ids (ascending) by descending logit, ties by ascending id: the order top-k and top-p cut in."""
+    return ids[np.argsort(-logits[ids], kind="stable")]
+
+
+def _at_least(logits: np.ndarray, x: float) -> np.ndarray:
+    """Ids (ascending) of the logits >= x, as compared in float64 (x rounded up to the logits' own type)."""
+    t = logits.dtype.type(x)
+    if float(t) < x:
+        t = np.nextafter(t, logits.dtype.type(np.inf))
+    return np.flatnonzero(logits >= t)
+
+
+def _top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids ascending, their logits) of the k largest finite logits, a tie at the k-th going to the lower ids (all
+    finite ones where fewer)."""
+    cand = _top(logits, k)
+    values = logits[cand]
+    if cand.size <= k:
+        return cand, values
+    kth = values[np.argpartition(values, cand.size - k)[cand.size - k]]
+    keep = values >= kth
+    if (n := np.count_nonzero(keep)) > k:  # a tie at the k-th: its lower ids
+        tied = (values == kth).nonzero()[0]
+        keep[tied[k - (n - tied.size) :]] = False
+    return cand[keep], values[keep]
+
+
+def _top(logits: np.ndarray, m: int) -> np.ndarray:
+    """Ids (ascending) of every logit at least the m-th largest finite one's (all finite ones where fewer): a
+    superset of the m largest, found in one pass by a threshold a strided sample gives."""
+    sample = logits[::_STRIDE]
+    if sample.size > m:
+        v = np.partition(sample, sample.size - m)[sample.size - m]
+        if v > -np.inf:
+            return (logits >= v).nonzero()[0]
+    return np.isfinite(logits).nonzero()[0]
+
+
+def _mass(logits: np.ndarray, lmax: float) -> float:
+    """sum(exp(l - lmax)) over the finite logits in float64, by ascending id: the mass top-p is relative to."""
+    return float(np.exp(logits[np.isfinite(logits)].astype(np.float64) - lmax).sum())
+
+
+def _mass_bounds(logits: np.ndarray, lmax: float) -> tuple[float, float]:
+    """Bounds on `_mass` from one float32 pass (equal bounds: the exact mass, for logits not in float32)."""
+    if logits.dtype != np.float32:
+        z = _mass(logits, lmax)
+        return z, z
+    e = logits - np.float32(lmax)
+    np.exp(e, out=e)
+    z = float(e.sum())
+    return z * (1 - _MASS_ERROR), z * (1 + _MASS_ERROR)
+
+
+def _nucleus(cum: np.ndarray, z_lo: float, z_hi: float, top_p: float) -> int | None:
+    """The first index where cum / z >= top_p, for every z in [z_lo, z_hi] (None: it depends on where z is)."""
+    i = int(np.searchsorted(cum / z_lo, top_p))
+    return i if i == int(np.searchsorted(cum / z_hi, top_p)) else None
+
+
+def _cumulative(logits: np.ndarray, order: np.ndarray, lmax: float) -> np.ndarray:
+    return np.cumsum(np.exp(logits[order].astype(np.float64) - lmax))
+
+
+def _top_p(logits: np.ndarray, lmax: float, top_p: float, cand: np.ndarray | None) -> np.ndarray:
+    """The nucleus over the whole vocabulary (top-k off), relative to its whole mass: the shortest prefix of
+    `cand` (ascending ids; None: every finite logit) by descending logit with mass >= top_p.
+
+    The whole mass is bounded from float32 and taken exactly only where the bound leaves the cut in doubt; the
+    prefix is sorted only as far as the cut (the m largest, m growing), never the whole vocabulary unless needed.
     """
-    m = 256
-    while True:
-        part = cand[np.argpartition(-logits[cand], m - 1)[:m]] if m < cand.size else cand
-        order = part[np.argsort(-logits[part], kind="stable")]
-        cum = np.cumsum(np.exp(logits[order].astype(np.float64) - lmax)) / z
-        cut = int(np.searchsorted(cum, top_p))  # first index with cum >= top_p
-        if cut < order.size or part is cand:
-            return order[: min(cut + 1, order.size)]
-        m *= 16
+    z_lo, z_hi = _mass_bounds(logits, lmax)
+    for part, whole in _prefixes(logits, cand):
+        order = _ranked(logits, part)
+        cum = _cumulative(logits, order, lmax)
+        cut = _nucleus(cum, z_lo, z_hi, top_p)
+        if cut is None:  # the float32 bound leaves the cut in doubt: the exact mass decides
+            z_lo = z_hi = _mass(logits, lmax)
+            cut = _nucleus(cum, z_lo, z_hi, top_p)
+        assert cut is not None
+        if cut < order.size or whole:
+            return order[: cut + 1]
+    raise AssertionError("the last prefix is whole")
+
+
+def _prefixes(logits: np.ndarray, cand: np.ndarray | None) -> Iterator[tuple[np.ndarray, bool]]:
+    """Ever longer sets of the largest of `cand` (None: every finite logit), each with whether it is all of it."""
+    if cand is None:
+        for m in (256, 4096, 65536):
+            yield _top(logits, m), False
+        cand = np.isfinite(logits).nonzero()[0]
+    yield cand, True
 
 
 def process(logits: np.ndarray, s: SamplerSettings) -> Probs | OneHot:
-    """Raw logits -> the sampling distribution after the sampler chain (its support, summing to 1).
+    """Raw logits -> the sampling distribution after the sampler chain (its support by ascending id, summing to 1).
 
-    Greedy (temperature 0) gives a OneHot at the argmax.
+    Greedy (temperature 0) gives a OneHot at the argmax. Top-k and top-p cut in the order of descending logit, a
+    tie going to the lower id. No step looks at more of the vocabulary than it needs: top-k takes its candidates
+    above a threshold one pass finds, min-p is a threshold, and top-p sorts only as far as its cut.
     """
     if s.greedy:
-        return OneHot(int(np.argmax(logits)))
-    n = logits.size
-    if 0 < s.top_k < n:
-        cand = np.argpartition(logits, n - s.top_k)[n - s.top_k :]
-        cand = cand[np.isfinite(logits[cand])]
-    else:
-        cand = np.flatnonzero(np.isfinite(logits))
-    lc = logits[cand].astype(np.float64)
-    lmax = float(lc.max())
-    w = np.exp(lc - lmax)
-    z = float(w.sum())  # top-p mass is relative to the post-top-k set
-    if s.min_p > 0:  # p_i / p_max >= min_p, a prefix of the sorted order like top-p
-        keep = lc >= lmax + math.log(s.min_p)
-        cand = cand[keep]
+        return OneHot(int(logits.argmax()))
+    if s.top_k > 0:  # the top-k set is small: every step on it, the mass top-p is relative to its
+        cand, values = _top_k(logits, s.top_k)
+        lc = values.astype(np.float64)
+        lmax = float(lc.max())
+        w = np.exp(lc - lmax)
+        z = float(w.sum())
+        if s.min_p > 0:  # p_i / p_max >= min_p: a prefix of the ranked order, like top-p
+            keep = lc >= lmax + math.log(s.min_p)
+            cand, lc, w = cand[keep], lc[keep], w[keep]
+        if s.top_p < 1.0:
+            order = np.argsort(-lc, kind="stable")  # by descending logit, ties by ascending id
+            cut = int(np.searchsorted(np.cumsum(w[order]) / z, s.top_p)) + 1
+            if cut < order.size:
+                keep = np.sort(order[:cut])
+                cand, lc = cand[keep], lc[keep]
+        w = np.exp((lc - lmax) / s.temperature)
+        return Probs(cand.astype(np.int64, copy=False), w / w.sum())
+    lmax = float(logits.max())  # top-k off: top-p is relative to the whole vocabulary
+    kept = _at_least(logits, lmax + math.log(s.min_p)) if s.min_p > 0 else None
     if s.top_p < 1.0:
-        cand = _sorted_prefix(logits, cand, z, lmax, s.top_p)
-    w = np.exp((logits[cand].astype(np.float64) - lmax) / s.temperature)
-    return Probs(cand.astype(np.int64), w / w.sum())
+        support = np.sort(_top_p(logits, lmax, s.top_p, kept))
+    else:
+        support = kept if kept is not None else np.isfinite(logits).nonzero()[0]
+    w = np.exp((logits[support].astype(np.float64) - lmax) / s.temperature)
+    return Probs(support.astype(np.int64, copy=False), w / w.sum())
 
 
 # ---- keyed Gumbel noise ------------------------------------------------------------------------
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = (np.uint64(s) for s in (30, 27, 31, 11))
 _MASK = (1 << 64) - 1
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer, vectorized (uint64 arithmetic wraps)."""
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+def _mix_int(z: int) -> int:
+    """`_mix` of one 64-bit value, in Python integers (a scalar position's key: no numpy call)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
 
 
 def gumbel(seed: int, pos: int | np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -136,11 +244,15 @@ def gumbel(seed: int, pos: int | np.ndarray, ids: np.ndarray) -> np.ndarray:
     position is computed on its own, in any order, and only for the tokens that need it. An array of
     positions gives one row per position.
     """
-    start = np.uint64((int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK)
-    with np.errstate(over="ignore"):
-        key = start + np.asarray(pos, dtype=np.uint64)[..., None] * np.uint64(0xD1B54A32D192ED03)
-        z = _mix(np.asarray(ids, dtype=np.uint64) * _GOLDEN + _mix(key))
-    u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53  # uniform in (0, 1)
+    start = (int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK
+    if np.ndim(pos) == 0:  # one position (every pick): its key in Python integers
+        key = np.uint64(_mix_int((start + int(pos) * 0xD1B54A32D192ED03) & _MASK))
+        z = _mix(np.asarray(ids, dtype=np.uint64) * _GOLDEN + key)
+    else:
+        with np.errstate(over="ignore"):
+            keys = np.uint64(start) + np.asarray(pos, dtype=np.uint64)[..., None] * np.uint64(0xD1B54A32D192ED03)
+            z = _mix(np.asarray(ids, dtype=np.uint64) * _GOLDEN + _mix(keys))
+    u = ((z >> _S11).astype(np.float64) + 0.5) * 2.0**-53  # uniform in (0, 1)
     g = -np.log(-np.log(u))
     return g
 
@@ -196,10 +308,20 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...]  # (token, log-probability), most likely first
 
 
+_SURE_HEAD = 6.0  # logits within this of the top are summed exactly in top_probability; the rest are sampled
+
+
 def top_probability(logits: np.ndarray) -> float:
-    """The model's probability of its likeliest token at temperature 1 (after any grammar mask): how sure it is."""
-    top = logits.max()
-    return 1.0 / float(np.exp(logits - top).sum())
+    """The model's probability of its likeliest token at temperature 1 (after any grammar mask): how sure it is.
+
+    An estimate for the planner: the softmax's mass near the top summed exactly, the rest (each token under
+    e^-6 of the top's) from a strided sample, so no pass exponentiates the whole vocabulary."""
+    top = float(logits.max())
+    cut = top - _SURE_HEAD
+    head = logits[logits >= cut]
+    sample = logits[::_STRIDE]
+    tail = sample[sample < cut]
+    return 1.0 / (float(np.exp(head - top).sum()) + _STRIDE * float(np.exp(tail - top).sum()))
 
 
 def token_logprob(logits: np.ndarray | None, token: int, n: int) -> TokenLogprob:

@@ -38,7 +38,7 @@ class Stats:
     prefill_seconds: float = 0.0
     wall_seconds: float = 0.0
     target_seconds: float = 0.0  # inside llama_decode during decoding: the target ...
-    draft_seconds: float = 0.0  # ... and the draft model (the rest of wall_seconds is Python)
+    draft_seconds: float = 0.0  # ... and the draft model (the rest of wall_seconds is the host's: host_seconds)
     drafted_by: dict[str, int] = field(default_factory=dict)  # drafted tokens by drafter name ...
     accepted_by: dict[str, int] = field(default_factory=dict)  # ... and those the target accepted
     first_token_seconds: float | None = None
@@ -58,6 +58,19 @@ class Stats:
     @property
     def tokens_per_second(self) -> float | None:
         return self.completion_tokens / self.wall_seconds if self.wall_seconds > 0 else None
+
+    @property
+    def host_seconds(self) -> float:
+        """Decode time spent outside both models' llama_decode: sampling, drafting's bookkeeping, text (Python)."""
+        return max(self.wall_seconds - self.target_seconds - self.draft_seconds, 0.0)
+
+    @property
+    def host_per_token(self) -> float | None:
+        return self.host_seconds / self.completion_tokens if self.completion_tokens else None
+
+    @property
+    def host_per_round(self) -> float | None:
+        return self.host_seconds / self.target_passes if self.target_passes else None
 
     def count_round(self, drafter: str | None, drafted: int, accepted: int) -> None:
         """Count one target pass that verified `drafted` tokens of `drafter`'s, `accepted` of them kept."""
@@ -87,6 +100,8 @@ class Stats:
             parts.append(f"acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})")
         if self.drafted and self.tokens_per_pass:  # plain decoding is one token a pass by definition
             parts.append(f"{self.tokens_per_pass:.2f} tokens/pass")
+        if self.host_per_token is not None and self.target_seconds:
+            parts.append(f"host {self.host_per_token * 1e3:.2f} ms/token")
         parts.append(f"prefill {self.prefill_tokens} tokens in {self.prefill_seconds:.2f} s")
         if self.load_seconds is not None:
             parts.append(f"load {self.load_seconds:.2f} s")
@@ -103,6 +118,9 @@ class Stats:
             "acceptance_rate": self.acceptance_rate,
             "tokens_per_pass": self.tokens_per_pass,
             "tokens_per_second": self.tokens_per_second,
+            "host_seconds": self.host_seconds,
+            "host_seconds_per_token": self.host_per_token,
+            "host_seconds_per_round": self.host_per_round,
         }
 
 

@@ -121,9 +121,12 @@ class Run:
         logits pending; the grammar, if any, has consumed ctx's output."""
         # Right after the prefill the next token's logits are at hand: emit it before any draft is verified
         # (the first token comes as soon as the target alone's would; drafting starts from the next round).
+        start, target0, draft0 = time.perf_counter(), self.target.decode_seconds, self._draft_seconds()
         plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
         sampler, sampling, grammar, cost = self.request.sampler, self._sampling, self.request.grammar, self.engine.cost
+        t0 = time.perf_counter()
         draft = plan.drafter.draft(ctx, plan.k, sampler, sampling) if plan.drafter else []
+        drafting = time.perf_counter() - t0 - (self._draft_seconds() - draft0)  # the drafter's own host time
         if grammar is not None and draft:  # a draft goes only as far as the grammar allows it
             draft = draft[: grammar.valid_prefix(draft)]
         # the draft tokens the grammar allows alone: no logits are needed to choose them
@@ -145,14 +148,20 @@ class Run:
             rows.append(row)
             return OneHot(draft[i]) if row is None else process(row, sampler)
 
+        t0 = time.perf_counter()
         tokens, n = sampling.verify(p_at, draft, len(ctx))
+        sampled = time.perf_counter() - t0
         if grammar is not None:
             grammar.advance(tokens[-1])
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
-        sure = [top_probability(r) for r in rows if r is not None] if self.planner.confident else []
+        computed = [r for r in rows if r is not None]
+        sure = [top_probability(computed[-1])] * len(computed) if computed and self.planner.confident else []
         self.planner.accept(ctx + tokens, replace(plan, k=len(draft)), n, sure)
         top = self.request.top_logprobs
         logprobs = [token_logprob(r, t, top) for r, t in zip(rows, tokens, strict=True)] if top is not None else []
+        if cost is not None:  # the host's seconds (all but the decodes): per round, and per sampled position
+            decodes = self.target.decode_seconds - target0 + self._draft_seconds() - draft0
+            cost.observe_host(time.perf_counter() - start - decodes - sampled - drafting, sampled, len(computed))
         return Round(tokens, n, plan.drafter, len(draft), logprobs)
 
     def _prefill(self, prompt: list[int]) -> None:

@@ -25,8 +25,8 @@ class Plan:
 
 
 NONE = Plan(None, 0)
-# A draft must promise this much more speed than the target alone: its estimates are noisy and its rounds cost
-# Python time the curve leaves out (docs/benchmarks.md, "The planner's and the copier's constants").
+# A draft must promise this much more speed than the target alone: its estimates are noisy (docs/benchmarks.md,
+# "The planner's and the copier's constants"); the host's time is priced (CostModel.round_cost).
 MARGIN = 1.05
 
 
@@ -53,7 +53,7 @@ class Planner:
         assert cost is not None
         if not cost.measured:  # nothing to price a draft against before the first decode
             return NONE
-        best, rate, probe = NONE, MARGIN / cost.verify_cost(1), NONE
+        best, rate, probe = NONE, MARGIN / cost.alone, NONE
         for d in self.drafters:
             offer = d.offer(ctx, min(room, d.max_k), room, cost)
             if offer.probe and probe is NONE:

@@ -21,6 +21,7 @@ from localspec.paths import cache_dir
 CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
 _FILLER = 220  # a common token; the cost of a decode does not depend on which tokens it holds
 _PREFILL = 64  # tokens of the draft's measured catch-up batch
+HOST_PARTS = ("round", "position", "draft")  # the host's seconds kept: CostModel.host_round, _position, _draft
 
 
 def model_key(path: Path, *, threads: int | None, gpu_layers: int, ctx: int) -> str:
@@ -79,9 +80,15 @@ def _entry(store: dict[str, Any], target_key: str) -> dict[str, Any]:
 def cached_costs(target_key: str) -> CostModel | None:
     """The cached verify curve of a target by its key; None when not measured yet (or kept in a shape this
     version cannot read)."""
-    table = _entry(read_json(_path()), target_key).get("verify")
+    entry = _entry(read_json(_path()), target_key)
+    table, host = entry.get("verify"), entry.get("host")
     curve = {int(n): s for n in table if n.isdigit() and (s := positive(table, n))} if isinstance(table, dict) else {}
-    return CostModel(curve) if curve else None
+    if not curve:
+        return None
+    cost = CostModel(curve)
+    if isinstance(host, dict):  # the host's seconds as the last run left them
+        cost.host_round, cost.host_position, cost.host_draft = (positive(host, n) or 0.0 for n in HOST_PARTS)
+    return cost
 
 
 def kept(target_key: str, draft_key: str) -> Kept:
@@ -171,6 +178,8 @@ def save_costs(
         entry = store[_key(target)] = _entry(store, _key(target))
         if cost.measured:
             entry["verify"] = {str(n): s for n, s in cost.curve().items() if n in CALIBRATION_SIZES or n <= 64}
+        if cost.host_round:
+            entry["host"] = dict(zip(HOST_PARTS, (cost.host_round, cost.host_position, cost.host_draft), strict=True))
         if settled is not None and policy is not None:
             settled.into(entry, policy.draft_key)
         elif known and draft is not None:  # the bench's measured draft model

@@ -1,8 +1,9 @@
-"""Measured decode costs of this machine (the planner's input): a verify curve and the draft's cost.
+"""Measured decode costs of this machine (the planner's input): a verify curve, the draft's cost, the host's.
 
-A round that drafts k tokens costs k draft steps plus one target decode of k + 1 tokens and yields
-1 + S_1 + ... + S_k tokens on average, where S_j is the probability that the first j drafts are
-accepted. best_k picks the k with the most tokens per second, k = 0 (the target alone) included.
+A round that drafts k tokens costs k draft steps plus one target decode of k + 1 tokens, plus the host's time
+outside llama_decode (a fixed part, and a part per position it samples), and yields 1 + S_1 + ... + S_k tokens
+on average, where S_j is the probability that the first j drafts are accepted. best_k picks the k with the most
+tokens per second, k = 0 (the target alone) included.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class CostModel:
     # a draft model not measured yet (or on a fresh trial) is priced by its file's size against the target's (this
     # share) until its first decodes replace the guess (`draft_token`); 0: its costs are measured
     draft_guess: float = 0.0
+    # the host's seconds outside llama_decode (sampling, the planner, drafters' bookkeeping): fixed per round, per
+    # sampled position, and per draft-model token (its sampling; 0: not measured yet, priced as a position)
+    host_round: float = 0.0
+    host_position: float = 0.0
+    host_draft: float = 0.0
     _ns: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +102,36 @@ class CostModel:
     def verify_cost(self, n: int) -> float:
         """Estimated seconds for a target decode of n tokens, logits at all n."""
         return self.scale * self._shape(n)
+
+    def round_cost(self, k: int, expected: float) -> float:
+        """Estimated seconds of a round that verifies k draft tokens and emits `expected` tokens, the host's time
+        included (its draft tokens' own cost apart: the drafter's token_seconds)."""
+        return self.verify_cost(k + 1) + self.host_round + self.host_position * expected
+
+    @property
+    def alone(self) -> float:
+        """Estimated seconds per token of the target alone (a one-token decode and the host's round)."""
+        return self.round_cost(0, 1.0)
+
+    @property
+    def draft_step(self) -> float:
+        """Estimated seconds per draft-model token: its decode, and the host's sampling of it (as measured, else
+        as a target position's)."""
+        return self.draft_token + (self.host_draft or self.host_position)
+
+    def observe_host(self, fixed: float, sampled: float, positions: int) -> None:
+        """Fold a round's host seconds into the kept ones: `fixed` outside the decodes, sampling and drafting, and
+        `sampled` over `positions` sampled positions (none: it is the round's). A measurement counts as at most
+        four times the estimate (a garbage collection, a busy moment)."""
+        if not positions:
+            fixed, sampled = fixed + sampled, 0.0
+        self.host_round = _host_learned(self.host_round, max(fixed, 0.0))
+        if positions:
+            self.host_position = _host_learned(self.host_position, sampled / positions)
+
+    def observe_host_draft(self, seconds_per_token: float) -> None:
+        """Fold a draft-model token's host seconds (sampling it, keeping its cache) into the kept one."""
+        self.host_draft = _host_learned(self.host_draft, seconds_per_token)
 
     def curve(self) -> dict[int, float]:
         """The quiet cost at every measured size (what is kept for the next run)."""
@@ -195,12 +231,22 @@ class CostModel:
             self.draft_prefill = max(self.draft_prefill or self.draft, 0.5 * self.draft * self._batch_saving())
 
 
+HOST_EMA = 0.05  # weight of a round's host seconds in the kept ones (hundreds of rounds an answer: a steady figure)
+
+
+def _host_learned(kept: float, seconds: float) -> float:
+    if not kept:
+        return seconds
+    return kept + HOST_EMA * (min(seconds, 4 * kept) - kept)
+
+
 def best_k(survival: Sequence[float], cost: CostModel, draft_cost: float) -> tuple[int, float]:
-    """(k, tokens per second) maximizing (1 + S_1 + ... + S_k) / (k * draft_cost + t_verify(k + 1))."""
-    best, best_rate, expected = 0, 1.0 / cost.verify_cost(1), 1.0
+    """(k, tokens per second) maximizing (1 + S_1 + ... + S_k) / (k * draft_cost + round_cost(k)), the host's
+    time included in both (k = 0: the target alone)."""
+    best, best_rate, expected = 0, 1.0 / cost.alone, 1.0
     for k, s in enumerate(survival, 1):
         expected += s
-        rate = expected / (k * draft_cost + cost.verify_cost(k + 1))
+        rate = expected / (k * draft_cost + cost.round_cost(k, expected))
         if rate > best_rate:
             best, best_rate = k, rate
     return best, best_rate

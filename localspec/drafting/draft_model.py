@@ -189,7 +189,7 @@ class DraftModelDrafter(Drafter):
         setup = self._setup_seconds(ctx, cost)
         self._probe = self._probe_kind(ctx, room, cost, setup)
         probe = {"trial": min(TRIAL_K, room), "probe": 1}.get(self._probe or "", 0)
-        return Offer(survival, cost.draft_token, setup, self._horizon(ctx, room, cost), probe)
+        return Offer(survival, cost.draft_step, setup, self._horizon(ctx, room, cost), probe)
 
     def _horizon(self, ctx: list[int], room: int, cost: CostModel) -> int:
         """The tokens its setup is amortized over, as its policy says (0: it may not be loaded now)."""
@@ -226,7 +226,7 @@ class DraftModelDrafter(Drafter):
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         out: list[int] = []
         model = self.model  # loaded first, where it was not yet: its load is no part of any timing
-        self._round_start = self.clock()
+        self._round_start, decoded = self.clock(), model.decode_seconds
         for _ in range(k):
             t0, n0 = self.clock(), model.n_decoded
             logits = model.sync(ctx + out)[-1]  # catches up on ctx first when behind
@@ -239,6 +239,8 @@ class DraftModelDrafter(Drafter):
                     self.cost.observe_draft_prefill(seconds / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
         self.seconds = model.decode_seconds
+        if self.cost is not None and k:  # the host's time per token: sampling it, keeping the cache
+            self.cost.observe_host_draft((self.clock() - self._round_start - (model.decode_seconds - decoded)) / k)
         return out
 
     def accept(self, ctx: list[int], verdict: Verdict) -> None:
@@ -251,12 +253,12 @@ class DraftModelDrafter(Drafter):
             self._since += 1
             return
         if self.cost is not None:  # the round's time against the target alone's for the same tokens
-            self.realized.add(self.clock() - self._round_start, (verdict.accepted + 1) * self.cost.verify_cost(1))
+            self.realized.add(self.clock() - self._round_start, (verdict.accepted + 1) * self.cost.alone)
             if self.policy is not None:
                 self.policy.judge(self.realized)
         if verdict.probe and self._probe == "trial":
             self.trial_rounds -= 1
         elif verdict.probe and self.cost is not None:
-            won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_token)[0] > 0
+            won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_step)[0] > 0
             self.probe_every = 8 if won else min(2 * self.probe_every, 256)
         self._since = 0

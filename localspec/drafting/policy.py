@@ -197,15 +197,21 @@ def by_size(cost: CostModel, bound: float) -> CostModel:
     target decodes), and batches larger than any measured no dearer than the largest measured."""
     curve = cost.curve()
     curve.setdefault(64, max(curve.values()))
-    return CostModel(curve, draft=bound * cost.verify_cost(1))
+    return CostModel(
+        curve,
+        draft=bound * cost.verify_cost(1),
+        host_round=cost.host_round,
+        host_position=cost.host_position,
+        host_draft=cost.host_draft,
+    )
 
 
 def promise(cost: CostModel, *, alpha: float = PROBE_ALPHA, room: int = 16, setup: float = 0.0) -> float:
     """A draft model's promised speedup over the target alone at acceptance `alpha` (amortizing `setup` seconds
     over `room` tokens), over WIN_MARGIN: above 1 it promises a clear win; 0 where no k wins at all."""
     survival = [alpha**j for j in range(1, min(room, DRAFT_MAX_K) + 1)]
-    k, rate = best_k(survival, cost, cost.draft_token)
-    return amortized(rate, setup, room) * cost.verify_cost(1) / WIN_MARGIN if k else 0.0
+    k, rate = best_k(survival, cost, cost.draft_step)
+    return amortized(rate, setup, room) * cost.alone / WIN_MARGIN if k else 0.0
 
 
 def clear_win(cost: CostModel, **at: Any) -> bool:

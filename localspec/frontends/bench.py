@@ -123,7 +123,7 @@ def _row(strategy: str, task: str, t: Totals, base: Totals, c: float, cost: Cost
     total_here = t.load_seconds + s.prefill_seconds + decode_here
     mean_k = s.drafted / s.target_passes if s.target_passes else 0.0
     measured = s.wall_seconds and s.target_seconds  # the reference row has no decode timings
-    overhead = 1 - (s.target_seconds + s.draft_seconds) / s.wall_seconds if measured else None
+    host = s.host_seconds if measured else None  # outside both models' llama_decode
     ideal = ideal_speedup(s.acceptance_rate, mean_k, c)
     ideal_here = measured_ideal(s.acceptance_rate, mean_k, c, cost)
     return {
@@ -149,7 +149,9 @@ def _row(strategy: str, task: str, t: Totals, base: Totals, c: float, cost: Cost
         "efficiency": speedup / ideal if speedup and ideal else None,
         "ideal_speedup_measured_costs": ideal_here,
         "efficiency_measured_costs": speedup / ideal_here if speedup and ideal_here else None,
-        "python_overhead": overhead,
+        "host_share": host / s.wall_seconds if host is not None else None,
+        "host_ms_per_token": host * 1e3 / s.completion_tokens if host is not None and s.completion_tokens else None,
+        "host_ms_per_round": host * 1e3 / s.target_passes if host is not None and s.target_passes else None,
         "wall_seconds": s.wall_seconds,
     }
 
@@ -353,7 +355,9 @@ _COLUMNS = [  # (header, row key, format; None: as it is)
     ("tok/pass", "tokens_per_pass", ".2f"),
     ("ideal (here)", "ideal_speedup_measured_costs", ".2f"),
     ("eff. (here)", "efficiency_measured_costs", ".0%"),
-    ("python", "python_overhead", ".1%"),
+    ("host", "host_share", ".1%"),
+    ("host ms/tok", "host_ms_per_token", ".3f"),
+    ("host ms/round", "host_ms_per_round", ".3f"),
 ]
 
 
@@ -370,8 +374,8 @@ def print_table(result: dict[str, Any], console: Console) -> None:
         "target alone's total time over this row's (decode rescaled to the machine speed the target alone "
         "ran at) · decode ×: tok/s against the target alone, each measured against a clock (a second copy "
         "of the target decoding alone, run in turns alongside it) · ideal (here): the paper's speedup from α, "
-        "priced with this machine's measured verify cost of k+1 tokens · python: share of decode wall time "
-        "outside llama.cpp"
+        "priced with this machine's measured verify cost of k+1 tokens · host: share of decode wall time "
+        "outside llama_decode (sampling, drafting's bookkeeping, text), and its milliseconds per token and round"
     )
     for note in result["notes"]:
         console.print(f"note: {note}")

@@ -25,7 +25,15 @@ def learned_curve(target: Path, draft: Path, threads: int) -> str:
     if cost is None:
         return "learned costs: none yet"
     sizes = ", ".join(f"{n}: {cost.verify_cost(n) * 1e3:.0f}" for n in (1, 2, 4, 8, 16, 32, 64))
-    return f"learned verify costs in ms (tokens: ms) {sizes}"
+    line = f"learned verify costs in ms (tokens: ms) {sizes}"
+    if cost.host_round:
+        line += (
+            f"\nlearned host time outside llama_decode in ms: {cost.host_round * 1e3:.3f} a round, "
+            f"{cost.host_position * 1e3:.3f} a sampled position, "
+            + (f"{cost.host_draft * 1e3:.3f} a draft-model token" if cost.host_draft else "no draft-model token yet")
+            + f" ({cost.alone / cost.verify_cost(1) - 1:.1%} of a token of the target alone)"
+        )
+    return line
 
 
 def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> None:

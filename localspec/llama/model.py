@@ -174,6 +174,8 @@ class Model:
         self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
         self.n_decoded = 0  # tokens decoded over the model's life (prefill accounting)
         self.grammar_tokenizer: Any = None  # llguidance's view of the vocabulary (llama.grammar), built on first use
+        self._pieces: dict[int, bytes] = {}  # each token's bytes, as they are first asked for
+        self._eog: dict[int, bool] = {}  # whether a token ends a generation, as it is first asked
 
     def __del__(self) -> None:
         batch = getattr(self, "_batch", None)
@@ -188,7 +190,10 @@ class Model:
 
     def piece(self, token: int) -> bytes:
         """The bytes a token contributes to the output (control tokens contribute none)."""
-        return self.llm.detokenize([token], special=False)
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.llm.detokenize([token], special=False)
+        return piece
 
     def token_text(self, token: int) -> str:
         """The vocabulary's stored text of a token (for comparing vocabularies)."""
@@ -197,7 +202,10 @@ class Model:
 
     def is_eog(self, token: int) -> bool:
         """End-of-generation token (EOS, EOT, <|im_end|> …)."""
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        return eog
 
     def fim_tokens(self) -> tuple[int, int, int]:
         """The fill-in-the-middle tokens (prefix, suffix, middle); -1 where the vocabulary has none."""
@@ -210,7 +218,9 @@ class Model:
 
     # ---- the KV cache -----------------------------------------------------------------------
     def trim(self, n: int) -> None:
-        """Keep only the first n cached positions."""
+        """Keep only the first n cached positions (anything past the tracked ones too: an interrupted decode's)."""
+        if n > len(self.tokens):
+            return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
             raise LocalspecError(f"{self.name}: llama.cpp cannot trim this model's cache")
         del self.tokens[n:]
@@ -232,14 +242,17 @@ class Model:
             raise ContextFull(
                 f"{len(tokens)} tokens do not fit the context of {self.n_ctx} ({len(tokens) - self.n_ctx} too many)"
             )
-        keep = 0
-        for keep, (a, b) in enumerate(zip(self.tokens, tokens, strict=False)):  # noqa: B007
-            if a != b:
-                break
-        else:
-            keep = min(len(self.tokens), len(tokens))
+        keep = len(self.tokens)
+        if tokens[:keep] != self.tokens:  # not an extension of the cache (which a round's is): the common prefix
+            keep = next((i for i, (a, b) in enumerate(zip(self.tokens, tokens, strict=False)) if a != b), len(tokens))
         self.trim(min(keep, len(tokens) - n_logits))  # also drops anything an interrupt left untracked
         return self._decode(tokens[len(self.tokens) :], n_logits, skip)
+
+    def _logits(self, rows: int) -> np.ndarray:
+        """The last decode's logits: a (rows, n_vocab) view of llama.cpp's buffer."""
+        address = ctypes.cast(llama_cpp.llama_get_logits(self._ctx), ctypes.c_void_p).value
+        buffer = (ctypes.c_float * (rows * self.n_vocab)).from_address(address or 0)
+        return np.frombuffer(memoryview(buffer), dtype=np.float32).reshape(rows, self.n_vocab)
 
     def _decode(self, new: list[int], n_logits: int, skip: Sequence[bool] = ()) -> np.ndarray:
         rows = []
@@ -263,7 +276,7 @@ class Model:
             self.tokens.extend(chunk)
             self.n_decoded += len(chunk)
             if n_out:
-                out = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab))
+                out = self._logits(n_out)
                 more = start + self.n_batch < len(new)  # the next chunk's decode overwrites llama.cpp's buffer
                 rows.append(out.copy() if more else out)
         if len(rows) > 1:
