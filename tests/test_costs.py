@@ -178,6 +178,9 @@ def test_host_time_is_learned_by_part_from_live_rounds() -> None:
     cost.observe_host(1.0, 0.0, 0)
     assert cost.host_round < 0.0002
     assert cost.draft_step == pytest.approx(cost.draft_token + cost.host_position)  # not measured: a position's
+    cost.observe_host_draft(-1e-12)  # a difference of clocks a rounding below 0 is 0, and teaches nothing below it
+    cost.observe_host_draft(-1e-3)
+    assert cost.host_draft == 0
     cost.observe_host_draft(0.0003)
     assert cost.draft_step == pytest.approx(cost.draft_token + 0.0003)
     assert cost.alone == pytest.approx(0.006 + cost.host_round + cost.host_position)

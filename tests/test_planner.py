@@ -449,3 +449,20 @@ def test_learned_edits_are_bounded_the_least_recently_used_dropped_first() -> No
         if i % 50 == 0:
             assert rewrites.at([1, 2], 0, {1}) == (2, (3,))  # used now and then
     assert len(rewrites.edits) == MAX_EDITS and (1, 2) in rewrites.edits and (1000,) not in rewrites.edits
+
+
+def test_the_copier_converts_only_what_the_context_appended() -> None:
+    """The copier's array of the context follows it as it grows, and starts afresh on another context (a new
+    generation): its proposals then are those of a copier that never saw the first."""
+    source = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    ctx = [1, *source, 2, 5, 6, 7]
+    grown = Copier()
+    for n in range(1, len(ctx) + 1):
+        assert grown._tokens(ctx[:n]).tolist() == ctx[:n]
+    assert grown._tokens([*ctx, *range(600)]).tolist() == [*ctx, *range(600)]  # past its first capacity
+    other = [3, *source[::-1], 2, 14, 13]
+    grown.begin(len(other) - 2)
+    fresh = Copier()
+    fresh.begin(len(other) - 2)
+    assert grown.propose(other, 4) == fresh.propose(other, 4) == [12, 11, 10, 9]
+    assert grown._tokens([9, *other[1:]]).tolist() == [9, *other[1:]]  # another context of the same length

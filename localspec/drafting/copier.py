@@ -220,6 +220,8 @@ class Copier(Drafter):
         self.broke_at = 0  # ... and the output index of the token that broke it
         self.resumed = False  # whether the copy resumed under a grammar near where the last one broke
         self.forced: set[int] = set()  # context positions a grammar forced: no text the output chose
+        self._array = np.empty(256, np.int64)  # the context as an array, converted as it grows ...
+        self._known = 0  # ... its first _known tokens
 
     @property
     def join_lines(self) -> bool:
@@ -241,10 +243,25 @@ class Copier(Drafter):
         self.plan, self.plan_src, self.plan_from, self.run = [], [], 0, 0
         self.anchor, self.broke_at, self.resumed = None, 0, False
         self.forced.clear()
+        self._known = 0
+
+    def _tokens(self, ctx: list[int]) -> np.ndarray:
+        """ctx as an array: only what was appended since the last call is converted (a generation's context
+        grows at its end; anything else starts it afresh)."""
+        n, known = len(ctx), self._known
+        if known > n or (known and (ctx[known - 1] != self._array[known - 1] or ctx[0] != self._array[0])):
+            known = 0
+        if self._array.size < n:
+            grown = np.empty(max(n, 2 * self._array.size), np.int64)
+            grown[:known] = self._array[:known]
+            self._array = grown
+        self._array[known:n] = ctx[known:n]
+        self._known = n
+        return self._array[:n]
 
     # ---- finding and extending the copy ------------------------------------------------------
     def _resync(self, ctx: list[int]) -> None:
-        arr, n = np.asarray(ctx), len(ctx)
+        arr, n = self._tokens(ctx), len(ctx)
         self.plan, self.plan_src, self.run = [], [], 0
         # what a grammar forced says nothing of what the output writes next: never matched, never copied
         chosen = np.ones(n, dtype=bool)

@@ -125,7 +125,7 @@ class CostModel:
         four times the estimate (a garbage collection, a busy moment)."""
         if not positions:
             fixed, sampled = fixed + sampled, 0.0
-        self.host_round = _host_learned(self.host_round, max(fixed, 0.0))
+        self.host_round = _host_learned(self.host_round, fixed)
         if positions:
             self.host_position = _host_learned(self.host_position, sampled / positions)
 
@@ -235,7 +235,9 @@ HOST_EMA = 0.05  # weight of a round's host seconds in the kept ones (hundreds o
 
 
 def _host_learned(kept: float, seconds: float) -> float:
-    if not kept:
+    """A kept host figure after one measurement (a difference of clocks: never below 0, at most four times it)."""
+    seconds = max(seconds, 0.0)
+    if kept <= 0:
         return seconds
     return kept + HOST_EMA * (min(seconds, 4 * kept) - kept)
 
