@@ -316,7 +316,10 @@ def simulate(profile: Profile, history: History, alpha: float, runs: int, seed: 
     rng = np.random.default_rng(seed)
     alone, _, alone_decode = _session(profile, history, alpha, rng, k=None, draft=False, store=None)
     sessions = {
-        k: [_session(profile, history, alpha, np.random.default_rng(seed + r), k=k, draft=True, store=None) for r in range(5)]
+        k: [
+            _session(profile, history, alpha, np.random.default_rng(seed + r), k=k, draft=True, store=None)
+            for r in range(5)
+        ]
         for k in range(1, 9)
     }
     fixed = {k: statistics.mean(s[0] for s in runs_k) for k, runs_k in sessions.items()}

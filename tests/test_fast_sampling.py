@@ -9,6 +9,7 @@ order) and the probabilities bit for bit, and the token invariant sampling picks
 from __future__ import annotations
 
 import itertools
+import zlib
 
 import numpy as np
 import pytest
@@ -64,7 +65,7 @@ KINDS = ["lm", "ties", "masked", "half-masked", "flat", "float64"]
 
 @pytest.mark.parametrize(("s", "kind"), list(itertools.product(SETTINGS, KINDS)))
 def test_fast_chain_equals_the_reference_bit_for_bit(s: SamplerSettings, kind: str) -> None:
-    rng = np.random.default_rng(hash((kind, str(s))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{kind} {s}".encode()))  # a fixed seed per case
     for _ in range(4):
         logits = _logits(rng, kind)
         assert_same(process(logits, s), process_reference(logits, s))
