@@ -13,12 +13,14 @@ key name, quote and separator forced.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any, Literal
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
-from llguidance import LLMatcher, LLTokenizer
-from llguidance.gbnf_to_lark import any_to_lark
+
+if TYPE_CHECKING:  # llguidance is imported where a grammar is first used: an answer without one never loads it
+    from llguidance import LLTokenizer
 
 GrammarKind = Literal["json_schema", "lark", "gbnf", "regex"]
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -29,8 +31,57 @@ class GrammarError(ValueError):
     """A grammar or schema that cannot be compiled (the message says why)."""
 
 
+# llguidance follows a schema's $ref links recursively, about 2 KB of stack a node along a chain: on a thread's
+# usual 8 MB a chain of 2,500 bare links, or 500 links of a few nodes each, overflows it and the process dies. So a
+# schema may hold at most MAX_SCHEMA_NODES values, and every compile runs on a thread whose stack holds them all.
+MAX_SCHEMA_NODES = 50_000
+_COMPILE_STACK = 512 << 20  # bytes of the compiling thread's stack (address space: only what is used is committed)
+T = TypeVar("T")
+
+
+def _on_a_deep_stack(fn: Callable[[], T]) -> T:
+    """fn() on a thread whose stack holds the deepest schema MAX_SCHEMA_NODES allow; its result or its exception."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as e:  # handed to the caller as it is
+            out.append((False, e))
+
+    before = threading.stack_size(_COMPILE_STACK)
+    try:
+        thread = threading.Thread(target=run, name="grammar-compile", daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(before)
+    thread.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def check_schema_size(schema: Any) -> None:
+    """GrammarError where a schema holds more than MAX_SCHEMA_NODES values (objects, arrays, and their leaves),
+    counted without recursion, so no nesting depth can overflow the count itself."""
+    stack, nodes = [schema], 0
+    while stack:
+        value = stack.pop()
+        nodes += 1
+        if nodes > MAX_SCHEMA_NODES:
+            raise GrammarError(f"the schema is too large (more than {MAX_SCHEMA_NODES:,} values)")
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
 def json_schema_grammar(schema: dict[str, Any] | str) -> str:
     """llguidance's grammar for JSON that validates against `schema`, laid out compactly."""
+    from llguidance import LLMatcher
+
+    check_schema_size(schema)
     try:
         grammar = LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)  # type: ignore[arg-type]
     except ValueError as e:
@@ -40,6 +91,9 @@ def json_schema_grammar(schema: dict[str, Any] | str) -> str:
 
 def compile_grammar(kind: GrammarKind, text: str) -> str:
     """llguidance's grammar from a JSON Schema (text), a Lark or GBNF grammar, or a regex."""
+    from llguidance import LLMatcher
+    from llguidance.gbnf_to_lark import any_to_lark
+
     if kind == "json_schema":
         try:
             return json_schema_grammar(json.loads(text))
@@ -56,7 +110,9 @@ def compile_grammar(kind: GrammarKind, text: str) -> str:
 
 def check_grammar(grammar: str, tokenizer: LLTokenizer | None = None) -> str:
     """The grammar, if llguidance accepts it; GrammarError with its reason if not."""
-    error = LLMatcher.validate_grammar(grammar, tokenizer)
+    from llguidance import LLMatcher
+
+    error = _on_a_deep_stack(lambda: LLMatcher.validate_grammar(grammar, tokenizer))
     if error:
         raise GrammarError(error)
     return grammar
@@ -66,7 +122,9 @@ class Constraint:
     """One generation's position in a grammar: the mask of allowed tokens, the tokens it forces."""
 
     def __init__(self, tokenizer: LLTokenizer, grammar: str, n_vocab: int) -> None:
-        self.matcher = LLMatcher(tokenizer, grammar, log_level=0)
+        from llguidance import LLMatcher
+
+        self.matcher = _on_a_deep_stack(lambda: LLMatcher(tokenizer, grammar, log_level=0))
         if self.matcher.is_error():
             raise GrammarError(self.matcher.get_error())
         self.n_vocab = n_vocab

@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llguidance import LLMatcher
-
 from localspec.core.grammar import JSON_LAYOUT, check_grammar
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -131,4 +129,6 @@ def call_grammar(tools: list[dict[str, Any]], name: str | None, open_tag: str, c
     ]
     schema = {"anyOf": schemas, "x-guidance": JSON_LAYOUT}
     lark = f'start: {open_tag} "\\n" body "\\n" {close_tag}\nbody: %json {json.dumps(schema)}\n'
+    from llguidance import LLMatcher
+
     return check_grammar(LLMatcher.grammar_from_lark(lark))

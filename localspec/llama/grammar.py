@@ -11,14 +11,17 @@ import hashlib
 import sys
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
-from llguidance import LLTokenizer
 
 from localspec.files import atomic_file, set_aside
 from localspec.llama.model import Model
 from localspec.paths import cache_dir
+
+if TYPE_CHECKING:  # llguidance is imported where a grammar is first used
+    from llguidance import LLTokenizer
 
 _SPECIAL = b"\xff"  # llguidance's mark for a special token: matched only by name (<[id]>), never as text
 
@@ -73,6 +76,8 @@ def _cached_pieces(model: Model) -> tuple[list[bytes], list[int]]:
 
 def grammar_tokenizer(model: Model) -> LLTokenizer:
     """The model's vocabulary for llguidance (built once per model; the pieces cached on disk)."""
+    from llguidance import LLTokenizer
+
     if model.grammar_tokenizer is None:
         pieces, eog = _cached_pieces(model)
         fptr = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -131,11 +132,10 @@ class Common(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _unicode(cls, data: Any) -> Any:
-        """Refuse text that is not Unicode (a lone surrogate, which JSON's escapes allow): no field of it could be
-        tokenized, logged or echoed."""
-        if _surrogate(data):
-            raise ValueError("the request holds text that is not Unicode (a lone surrogate)")
+    def _representable(cls, data: Any) -> Any:
+        """Refuse what no field could hold (`unrepresentable`): it could not be tokenized, logged or echoed."""
+        if problem := unrepresentable(data):
+            raise ValueError(f"the request holds {problem}")
         return data
 
     temperature: float | None = None
@@ -276,12 +276,25 @@ def check_named_tool(name: str, names: list[str]) -> None:
         )
 
 
-def _surrogate(value: Any) -> bool:
-    """Whether a parsed JSON value holds a string with a lone surrogate."""
-    if isinstance(value, str):
-        return any("\ud800" <= c <= "\udfff" for c in value)
-    if isinstance(value, dict):
-        return any(_surrogate(k) or _surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_surrogate(v) for v in value)
-    return False
+MAX_NESTING = 128  # levels of objects and arrays a request may nest (OpenAI's own bodies nest a dozen)
+
+
+def unrepresentable(value: Any) -> str | None:
+    """What in a parsed JSON body no field can hold, said as "the request holds ...": text that is not Unicode (a
+    lone surrogate, which JSON's escapes allow), a number JSON has no name for (NaN, Infinity: Python's parser reads
+    them), or nesting deeper than MAX_NESTING. None: nothing. Walked without recursion, so no depth overflows it."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= c <= "\udfff" for c in item):
+                return "text that is not Unicode (a lone surrogate)"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "a number JSON does not have (NaN or Infinity)"
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_NESTING:
+                return f"values nested deeper than {MAX_NESTING} levels"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
