@@ -175,3 +175,51 @@ def test_the_models_list_says_what_a_model_supports(served: Served) -> None:
     assert {"prediction", "tools", "response_format", "logprobs", "suffix", "speculative.n_max"} <= set(
         entry["supported_parameters"]
     )
+
+
+@pytest.mark.parametrize("served", [(StandIn(), {})], indirect=True)
+def test_too_many_responses_items_are_refused_before_the_body_is_parsed(served: Served) -> None:
+    """The Responses API's input counted as it arrives, as chat's messages are: a 14 MiB body of tiny items (messages
+    and function-call outputs) is a 400 naming input, its items never parsed into objects."""
+    import tracemalloc
+
+    tiny = b'{"type":"message","role":"user","content":"a"},{"type":"function_call_output","call_id":"c","output":"o"},'
+    body = b'{"model":"standin","input":[' + tiny * (14 * 2**20 // len(tiny)) + b'{"role":"user","content":"a"}]}'
+    tracemalloc.start()
+    try:
+        refused = httpx.post(
+            f"{served.url}/v1/responses", content=body, headers={"Content-Type": "application/json"}, timeout=60
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input", refused.text
+    assert peak < 4 * len(body), f"{peak / 2**20:.0f} MiB at the peak for a {len(body) / 2**20:.0f} MiB body"
+
+
+@pytest.mark.parametrize("served", [(StandIn(), {"timeout": 30.0, "max_queue": 1})], indirect=True)
+def test_a_responses_request_takes_its_place_before_its_body(served: Served) -> None:
+    """A Responses request holds its place in the queue from its headers on, as chat's does: with one place, a
+    second is refused (503) while the first's body has not arrived."""
+    waiting = raw(served.port, head(served.port, 1000).replace(b"/v1/chat/completions", b"/v1/responses"))
+    try:
+        until(lambda: httpx.get(f"{served.url}/health").json()["waiting"] == 1, "the Responses request's place")
+        second = {"model": "standin", "input": "hi", "max_output_tokens": 2}
+        assert httpx.post(f"{served.url}/v1/responses", json=second, timeout=30).status_code == 503
+    finally:
+        waiting.close()
+
+
+@pytest.mark.parametrize("served", [(StandIn(), {})], indirect=True)
+def test_namespaces_count_toward_the_tools_limit_before_any_schema_compiles(served: Served) -> None:
+    """256 namespaces of 256 functions each (65,536 schemas) are a 400 naming tools, not minutes of compiling."""
+    fn = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}
+    tools = [
+        {"type": "namespace", "name": f"n{i}", "tools": [{**fn, "name": f"f{j}"} for j in range(256)]}
+        for i in range(256)
+    ]
+    reply = httpx.post(
+        f"{served.url}/v1/responses", json={"model": "standin", "input": "hi", "tools": tools}, timeout=60
+    )
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools", reply.text[:300]
+    assert "256 functions in all" in reply.json()["error"]["message"]

@@ -20,10 +20,13 @@ from localspec.frontends.server.worker import Ticket
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 OPEN_PATHS = frozenset({"/health"})  # answered without the key
-GENERATING = frozenset({"/v1/chat/completions", "/v1/completions"})  # admitted only while the queue has room
-# A chat body with more "role" keys than this holds more messages than the schema takes (a tool's or a schema's
-# "role" property included): refused as it arrives, before half a million tiny messages are parsed into objects.
-ROLES = MAX_MESSAGES + MAX_TOOLS + 64
+# admitted only while the queue has room, before their bodies are read
+GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+# A body with more of these keys than ITEMS holds more messages (chat: "role") or input items (the Responses API: a
+# message's "role", a call's or its output's "call_id") than the schema takes (a tool's or a schema's property of
+# that name included): refused as it arrives, before half a million tiny items are parsed into objects.
+COUNTED = {"/v1/chat/completions": (b'"role"',), "/v1/responses": (b'"role"', b'"call_id"')}
+ITEMS = MAX_MESSAGES + MAX_TOOLS + 64
 
 
 def host_name(host: str) -> str:
@@ -131,10 +134,10 @@ class Guard:
             return await send_error(send, error)
         seen, whole, started = 0, False, False
         deadline = asyncio.get_running_loop().time() + self.body_seconds  # for the whole body, not each piece
-        roles, tail, chat = 0, b"", scope["path"] == "/v1/chat/completions"
+        items, tail, keys = 0, b"", COUNTED.get(scope["path"], ())
 
         async def counted() -> dict[str, Any]:
-            nonlocal seen, whole, roles, tail
+            nonlocal seen, whole, items, tail
             if whole:  # the body is read: what comes now is the disconnect, whenever it comes
                 return dict(await receive())
             try:
@@ -146,12 +149,14 @@ class Guard:
             whole = message["type"] != "http.request" or not message.get("more_body", False)
             if seen > self.max_body:
                 raise BodyRefused(self._too_large())
-            if chat:  # a quoted "role" can only be a key or a whole value: JSON escapes a quote inside a string
-                piece = tail + message.get("body", b"")
-                roles, tail = roles + piece.count(b'"role"'), piece[-5:]
-                if roles > ROLES:
+            if keys:  # a quoted key can only be a key or a whole value: JSON escapes a quote inside a string
+                piece = tail + message.get("body", b"")  # a key split between chunks is counted once, whole
+                items += sum(piece.count(k) - tail.count(k) for k in keys)
+                tail = piece[-8:]
+                if items > ITEMS:
+                    field = "messages" if scope["path"] == "/v1/chat/completions" else "input"
                     raise BodyRefused(
-                        ApiError(400, f"messages: at most {MAX_MESSAGES} messages", param="messages", code="too_many")
+                        ApiError(400, f"{field}: at most {MAX_MESSAGES} items", param=field, code="too_many")
                     )
             return message
 

@@ -231,6 +231,16 @@ class ResponsesRequest(Common):
     background: bool = False
     metadata: dict[str, Any] | None = None
 
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _few_functions(cls, v: Any) -> Any:
+        """At most MAX_TOOLS functions in all, a namespace's each counted, before any of their schemas compiles."""
+        if isinstance(v, list):
+            members = (t.get("tools") if isinstance(t, dict) and t.get("type") == "namespace" else None for t in v)
+            if sum(len(m) if isinstance(m, list) else 1 for m in members) > MAX_TOOLS:
+                raise ValueError(f"at most {MAX_TOOLS} functions in all (each of a namespace's counts)")
+        return v
+
     @field_validator("previous_response_id", "conversation")
     @classmethod
     def _stateless(cls, v: Any) -> Any:
