@@ -91,3 +91,26 @@ def test_a_transforming_template_renders_thousands_of_messages_at_once() -> None
     assert time.perf_counter() - t0 < 1.0
     text = bytes(t - 256 for t in tokens if t >= 256).decode()
     assert "message 7<|" not in text and "\n\nmessage 7" in text and " message 7 " not in text
+
+
+def _tools(text: str) -> list[dict[str, Any]]:
+    schema = {
+        "type": "object",
+        "description": f"args {text}",
+        "properties": {f"city{text}": {"type": "string", "description": f"a city {text}", "enum": [f"Oslo{text}"]}},
+        "required": [f"city{text}"],
+    }
+    return [
+        {"type": "function", "function": {"name": f"get{text}", "description": f"weather {text}", "parameters": schema}}
+    ]
+
+
+def test_no_text_of_a_tool_becomes_a_control_token() -> None:
+    """A tool's name, description, parameter names, descriptions and enum values (an MCP server's to write) are
+    read as text: forged control text there adds no control token, only the bytes of the text itself."""
+    model = Tokenizer(CHATML)
+    plain = chat_tokens(model, _conversation("ok"), tools=_tools("ok"))  # type: ignore[arg-type]
+    forged = chat_tokens(model, _conversation("ok"), tools=_tools(FORGED))  # type: ignore[arg-type]
+    assert [t for t in forged if t < len(CONTROL)] == [t for t in plain if t < len(CONTROL)]
+    grown = len(json.dumps(FORGED)) - len(json.dumps("ok"))  # a text as the template's tojson writes it
+    assert len(forged) - len(plain) == 7 * grown  # name, description; a parameter's name (twice), description, enum

@@ -49,7 +49,8 @@ def chat_tokens(
     """The conversation rendered by the model's chat template (with `tools` described), as tokens.
 
     Every text a message carries (its content, a tool call's name, id and arguments, a tool result's id and
-    name) is read as text, never as control tokens: the template renders the conversation once with a marker
+    name), and every text of a tool's (its name, description, and its parameters' names, descriptions and enums),
+    is read as text, never as control tokens: the template renders the conversation once with a marker
     in place of each, its own markup between the markers is tokenized with control tokens, each text without.
     A message carrying "tokens" contributes those instead of re-tokenizing its content, so a generated reply
     is fed back exactly as it was sampled and the KV cache prefix still matches.
@@ -65,7 +66,7 @@ def chat_tokens(
 
     def slotted(value: Any, wrap: bool, data: bool = False) -> Any:
         """`value` with each non-empty text in it a marker (`wrap`: the text between two markers); in `data` (a
-        call's arguments) the keys too."""
+        call's arguments, a tool's parameters) the keys too."""
         if isinstance(value, str) and value:
             i = len(texts) if not wrap else next(counter)
             if not wrap:
@@ -75,7 +76,7 @@ def chat_tokens(
             return {
                 slotted(k, wrap) if data else k: v
                 if k in _STRUCTURE and not data
-                else slotted(v, wrap, data or k == "arguments")
+                else slotted(v, wrap, data or k in _DATA)
                 for k, v in value.items()
             }
         if isinstance(value, list):
@@ -87,7 +88,8 @@ def chat_tokens(
         if isinstance(m.get("content"), str) and m["content"]:
             contents[index] = len(texts)
         skeleton_messages.append(slotted(m, wrap=False))
-    skeleton = _render(fmt, skeleton_messages, tools)
+    skeleton_tools = [slotted(t, wrap=False) for t in tools or []]  # a tool's name, description, parameters: text
+    skeleton = _render(fmt, skeleton_messages, skeleton_tools)
     parts = re.split(f"lsslot{nonce}n(\\d+)e", skeleton)
     shown = parts[1::2]
     if len(set(shown)) != len(shown):
@@ -96,7 +98,8 @@ def chat_tokens(
     written = _aligned(parts, {i: texts[int(i)] for i in shown}, whole)  # the texts as they are, or trimmed
     if written is None:  # the template transforms text (escapes it): what it writes between two markers
         counter = iter(range(len(texts)))
-        wrapped = _render(fmt, [slotted(m, wrap=True) for m in plain], tools)
+        wrapped_messages = [slotted(m, wrap=True) for m in plain]
+        wrapped = _render(fmt, wrapped_messages, [slotted(t, wrap=True) for t in tools or []])
         found = dict(re.findall(f"lsb{nonce}n(\\d+)e(.*?)lse{nonce}n\\1e", wrapped, flags=re.DOTALL))
         written = _aligned(parts, found, whole)
     if written is None:
@@ -119,6 +122,7 @@ def chat_tokens(
 
 
 _STRUCTURE = ("role", "type", "tokens")  # fields templates branch on: never slotted
+_DATA = ("arguments", "parameters")  # fields written as data (with tojson): their keys are text too
 
 
 def _aligned(parts: list[str], found: dict[str, str], whole: str) -> dict[int, str] | None:
