@@ -223,3 +223,22 @@ def test_namespaces_count_toward_the_tools_limit_before_any_schema_compiles(serv
     )
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools", reply.text[:300]
     assert "256 functions in all" in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("served", [(StandIn(KB, pace=0.002), {"timeout": 1.0})], indirect=True)
+def test_a_stalled_answer_ends_with_an_error_not_a_clean_end(served: Served) -> None:
+    """A reader that keeps reading, but slower than the answer comes (16 KiB every 50 ms of 500 KB/s), until the
+    answer has waited --client-timeout in all: its stream ends with an error event (OpenAI's shape, code stalled)
+    and [DONE], never looking like a whole answer; the log calls it a stall, not a client that went away."""
+    slow = raw(served.port, _streamed(served.port, 2000), rcvbuf=16384)
+    got = b""
+    slow.settimeout(5)
+    while not any("kept its answer waiting" in line for line in served.log) and (chunk := slow.recv(16384)):
+        got += chunk
+        time.sleep(0.05)
+    got += _reply(slow)  # the rest, read at once
+    slow.close()
+    tail = got[-2000:].replace(b" ", b"")
+    error, done = tail.find(b'"code":"stalled"'), tail.find(b"data:[DONE]")  # (in chunked framing)
+    assert 0 <= error < done and done > len(tail) - 100, (tail[-300:], served.log)
+    assert not any("499" in line for line in served.log), served.log

@@ -17,7 +17,7 @@ from localspec.errors import LocalspecError, Unsupported
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.schemas import Common, CompletionRequest
 from localspec.frontends.server.shapes import Served, Shape
-from localspec.frontends.server.worker import ClientGone, Sent, Worker, watch_disconnect
+from localspec.frontends.server.worker import ClientGone, Leave, Sent, Stalled, Worker, watch_disconnect
 
 Stream = AsyncGenerator[Sent | Generation, None]
 
@@ -76,7 +76,7 @@ class Service:
             )
         req.check()
         max_tokens = await self._fit(prompt, max_tokens, req)
-        left = asyncio.Event()
+        left = Leave()
         watcher = asyncio.create_task(watch_disconnect(request.receive, left))
         ticket = request.scope.get("state", {}).get("ticket") or self.worker.admit()
         stream = self.worker.stream(self._begin(prompt, req, max_tokens), left, ticket)
@@ -219,6 +219,16 @@ class Service:
                     yield event
             served = done()
             for event in shape.closing(rid, now, served):
+                yield event
+        except Stalled:  # told in the stream: an answer cut short must not read as a whole one
+            failed = True
+            error = ApiError(
+                408,
+                f"the answer was not read in time ({self.worker.stall_seconds:g} s in all, see --client-timeout): "
+                "its generation stopped",
+                code="stalled",
+            )
+            for event in shape.failure(rid, now, error):
                 yield event
         except ClientGone:
             pass

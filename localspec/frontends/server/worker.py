@@ -24,6 +24,20 @@ class ClientGone(Exception):
     """The client went away (or stopped reading): its generation is not started, or stops at the next round."""
 
 
+class Stalled(ClientGone):
+    """The client kept its answer waiting too long (it reads too slowly, or not at all): it is still there, and is
+    told so in the stream, not left with an answer that looks whole."""
+
+
+class Leave(asyncio.Event):
+    """Set when a request's client went away, or stalled its answer (`stalled`)."""
+
+    stalled = False
+
+    def gone(self) -> ClientGone:
+        return Stalled() if self.stalled else ClientGone()
+
+
 @dataclass
 class Sent:
     """A piece of the answer and how many of the generation's log-probabilities belong with the text so far."""
@@ -32,7 +46,7 @@ class Sent:
     logprobs: int
 
 
-async def watch_disconnect(receive: Callable[[], Any], left: asyncio.Event) -> None:
+async def watch_disconnect(receive: Callable[[], Any], left: Leave) -> None:
     """Set `left` when the client disconnects (run as a task once the request's body is read).
 
     A blocking receive, not a poll: uvicorn stops reading a connection whose request is complete, and a
@@ -79,7 +93,7 @@ class Worker:
             )
         return Ticket(self)
 
-    async def _turn(self, left: asyncio.Event) -> None:
+    async def _turn(self, left: Leave) -> None:
         """Wait for the lock; a client that goes away meanwhile leaves the queue at once (ClientGone)."""
         turn = asyncio.ensure_future(self.lock.acquire())
         gone = asyncio.ensure_future(left.wait())
@@ -97,7 +111,7 @@ class Worker:
             gone.cancel()
 
     async def stream(
-        self, start: Callable[[], Generation], left: asyncio.Event, ticket: Ticket
+        self, start: Callable[[], Generation], left: Leave, ticket: Ticket
     ) -> AsyncGenerator[Generation | Sent, None]:
         """Yield the Generation first, then its pieces; `start` (run on the worker) returns the Generation.
 
@@ -115,9 +129,9 @@ class Worker:
                     raise item
                 yield item
                 if left.is_set():
-                    raise ClientGone
-            if left.is_set():  # the generation stopped for a client that went away
-                raise ClientGone
+                    raise left.gone()
+            if left.is_set():  # the generation stopped for a client that went away, or stalled it
+                raise left.gone()
         finally:
             left.set()  # the producer stops at its next piece (no awaits here: this may run while cancelled)
             producer.add_done_callback(lambda task: task.cancelled() or task.exception())
@@ -125,7 +139,7 @@ class Worker:
     async def _produce(
         self,
         start: Callable[[], Generation],
-        left: asyncio.Event,
+        left: Leave,
         buffer: asyncio.Queue[Generation | Sent | BaseException | None],
     ) -> None:
         """Run the generation on the worker thread into `buffer`, holding the lock; give up when the client
@@ -154,7 +168,7 @@ class Worker:
             await self._put(buffer, end, left, self.stall_seconds)
         await self._put(buffer, None, left, self.stall_seconds)
 
-    async def _put(self, buffer: asyncio.Queue[Any], item: Any, left: asyncio.Event, budget: float) -> float | None:
+    async def _put(self, buffer: asyncio.Queue[Any], item: Any, left: Leave, budget: float) -> float | None:
         """Put `item` in the buffer unless the client goes away, or leaves it full longer than `budget` seconds
         (None); the seconds it waited."""
         if buffer.full():
@@ -170,6 +184,7 @@ class Worker:
                         f"localspec: a client kept its answer waiting {self.stall_seconds:g} s in all (it reads "
                         "too slowly, or not at all): its generation stopped"
                     )
+                    left.stalled = True
                     left.set()
                 return None
             return loop.time() - t0
