@@ -147,22 +147,37 @@ def test_nothing_gives_a_500_and_every_refusal_is_openai_shaped(served: Served) 
 
 
 @pytest.mark.parametrize("served", [(StandIn(), {})], indirect=True)
-def test_too_many_messages_are_refused_before_the_body_is_parsed(served: Served) -> None:
-    """A 15 MiB body of half a million tiny messages: refused as it arrives (400 naming messages), its messages
-    never parsed into objects: the process's allocations stay within a few copies of the body."""
+@pytest.mark.parametrize(
+    ("path", "field", "tiny"),
+    [
+        ("/v1/chat/completions", "messages", b'{"role":"user","content":"a"},'),
+        (
+            "/v1/responses",
+            "input",
+            b'{"type":"message","role":"user","content":"a"},{"type":"function_call_output","call_id":"c","output":"o"},',
+        ),
+    ],
+    ids=["chat", "responses"],
+)
+def test_too_many_items_are_refused_before_the_body_is_parsed(
+    served: Served, path: str, field: str, tiny: bytes
+) -> None:
+    """A 15 MiB body of half a million tiny messages (chat) or input items (the Responses API: messages and
+    function-call outputs): refused as it arrives (400 naming the field), its items never parsed into objects: the
+    process's allocations stay within a few copies of the body."""
     import tracemalloc
 
-    tiny = b'{"role":"user","content":"a"},'
-    body = b'{"model":"standin","messages":[' + tiny * (15 * 2**20 // len(tiny)) + b'{"role":"user","content":"a"}]}'
+    last = b'{"role":"user","content":"a"}]}'
+    body = b'{"model":"standin","' + field.encode() + b'":[' + tiny * (15 * 2**20 // len(tiny)) + last
     tracemalloc.start()
     try:
         refused = httpx.post(
-            f"{served.url}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}, timeout=60
+            f"{served.url}{path}", content=body, headers={"Content-Type": "application/json"}, timeout=60
         )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages", refused.text
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == field, refused.text
     assert peak < 4 * len(body), f"{peak / 2**20:.0f} MiB at the peak for a {len(body) / 2**20:.0f} MiB body"
 
 
@@ -175,26 +190,6 @@ def test_the_models_list_says_what_a_model_supports(served: Served) -> None:
     assert {"prediction", "tools", "response_format", "logprobs", "suffix", "speculative.n_max"} <= set(
         entry["supported_parameters"]
     )
-
-
-@pytest.mark.parametrize("served", [(StandIn(), {})], indirect=True)
-def test_too_many_responses_items_are_refused_before_the_body_is_parsed(served: Served) -> None:
-    """The Responses API's input counted as it arrives, as chat's messages are: a 14 MiB body of tiny items (messages
-    and function-call outputs) is a 400 naming input, its items never parsed into objects."""
-    import tracemalloc
-
-    tiny = b'{"type":"message","role":"user","content":"a"},{"type":"function_call_output","call_id":"c","output":"o"},'
-    body = b'{"model":"standin","input":[' + tiny * (14 * 2**20 // len(tiny)) + b'{"role":"user","content":"a"}]}'
-    tracemalloc.start()
-    try:
-        refused = httpx.post(
-            f"{served.url}/v1/responses", content=body, headers={"Content-Type": "application/json"}, timeout=60
-        )
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input", refused.text
-    assert peak < 4 * len(body), f"{peak / 2**20:.0f} MiB at the peak for a {len(body) / 2**20:.0f} MiB body"
 
 
 @pytest.mark.parametrize("served", [(StandIn(), {"timeout": 30.0, "max_queue": 1})], indirect=True)
