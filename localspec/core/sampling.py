@@ -90,6 +90,11 @@ def _ranked(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return ids[np.argsort(-logits[ids], kind="stable")]
 
 
+def _finite(logits: np.ndarray) -> np.ndarray:
+    """Ids (ascending) of the finite logits (a grammar's mask leaves the rest at -inf)."""
+    return np.isfinite(logits).nonzero()[0]
+
+
 def _at_least(logits: np.ndarray, x: float) -> np.ndarray:
     """Ids (ascending) of the logits >= x, as compared in float64 (x rounded up to the logits' own type)."""
     t = logits.dtype.type(x)
@@ -121,12 +126,12 @@ def _top(logits: np.ndarray, m: int) -> np.ndarray:
         v = np.partition(sample, sample.size - m)[sample.size - m]
         if v > -np.inf:
             return (logits >= v).nonzero()[0]
-    return np.isfinite(logits).nonzero()[0]
+    return _finite(logits)
 
 
 def _mass(logits: np.ndarray, lmax: float) -> float:
     """sum(exp(l - lmax)) over the finite logits in float64, by ascending id: the mass top-p is relative to."""
-    return float(np.exp(logits[np.isfinite(logits)].astype(np.float64) - lmax).sum())
+    return float(np.exp(logits[_finite(logits)].astype(np.float64) - lmax).sum())
 
 
 def _mass_bounds(logits: np.ndarray, lmax: float) -> tuple[float, float]:
@@ -176,7 +181,7 @@ def _prefixes(logits: np.ndarray, cand: np.ndarray | None) -> Iterator[tuple[np.
     if cand is None:
         for m in (256, 4096, 65536):
             yield _top(logits, m), False
-        cand = np.isfinite(logits).nonzero()[0]
+        cand = _finite(logits)
     yield cand, True
 
 
@@ -211,7 +216,7 @@ def process(logits: np.ndarray, s: SamplerSettings) -> Probs | OneHot:
     if s.top_p < 1.0:
         support = np.sort(_top_p(logits, lmax, s.top_p, kept))
     else:
-        support = kept if kept is not None else np.isfinite(logits).nonzero()[0]
+        support = kept if kept is not None else _finite(logits)
     w = np.exp((logits[support].astype(np.float64) - lmax) / s.temperature)
     return Probs(support.astype(np.int64, copy=False), w / w.sum())
 

@@ -25,7 +25,7 @@ GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/response
 # A body with more of these keys than ITEMS holds more messages (chat: "role") or input items (the Responses API: a
 # message's "role", a call's or its output's "call_id") than the schema takes (a tool's or a schema's property of
 # that name included): refused as it arrives, before half a million tiny items are parsed into objects.
-COUNTED = {"/v1/chat/completions": (b'"role"',), "/v1/responses": (b'"role"', b'"call_id"')}
+COUNTED = {"/v1/chat/completions": ("messages", (b'"role"',)), "/v1/responses": ("input", (b'"role"', b'"call_id"'))}
 ITEMS = MAX_MESSAGES + MAX_TOOLS + 64
 
 
@@ -134,7 +134,8 @@ class Guard:
             return await send_error(send, error)
         seen, whole, started = 0, False, False
         deadline = asyncio.get_running_loop().time() + self.body_seconds  # for the whole body, not each piece
-        items, tail, keys = 0, b"", COUNTED.get(scope["path"], ())
+        items, tail = 0, b""
+        field, keys = COUNTED.get(scope["path"], ("", ()))
 
         async def counted() -> dict[str, Any]:
             nonlocal seen, whole, items, tail
@@ -154,7 +155,6 @@ class Guard:
                 items += sum(piece.count(k) - tail.count(k) for k in keys)
                 tail = piece[-8:]
                 if items > ITEMS:
-                    field = "messages" if scope["path"] == "/v1/chat/completions" else "input"
                     raise BodyRefused(
                         ApiError(400, f"{field}: at most {MAX_MESSAGES} items", param=field, code="too_many")
                     )
