@@ -44,7 +44,9 @@ def _logits(rng: np.random.Generator, kind: str, n: int = VOCAB) -> np.ndarray:
         allowed = rng.choice(n, min(7, n), replace=False)
         x[np.setdiff1d(np.arange(n), allowed)] = -np.inf
     elif kind == "half-masked":
-        x[rng.random(n) < 0.5] = -np.inf
+        masked = rng.random(n) < 0.5
+        masked[0] &= not masked.all()  # a grammar always allows one token at least
+        x[masked] = -np.inf
     elif kind == "flat":  # an unsure model: the nucleus spans thousands of tokens
         x = (rng.standard_normal(n) * 0.3).astype(np.float32)
     elif kind == "float64":
@@ -87,7 +89,7 @@ def test_fast_chain_picks_what_the_chain_before_it_picked(s: SamplerSettings) ->
             assert sampling.pick(got, 1000 * trial + pos) == sampling.pick(before, 1000 * trial + pos)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)  # the same 300 cases every run
 @given(
     st.integers(0, 2**32 - 1),
     st.sampled_from([5, 50, 400, 5000]),
