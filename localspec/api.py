@@ -390,6 +390,9 @@ def run_config(
     draft_gpu_layers: int = default("draft_gpu_layers"),
     flash_attn: bool = default("flash_attn"),
     exact: bool = default("exact"),
+    cache_ram: int = default("cache_ram"),
+    cache_disk: int = default("cache_disk"),
+    recall: bool = default("recall"),
     drafters: Sequence[str] = (),
 ) -> RunConfig:
     """What loading a pair and sampling from it need, each value checked against the settings table
@@ -403,6 +406,8 @@ def run_config(
         "threads": threads,
         "gpu_layers": gpu_layers,
         "draft_gpu_layers": draft_gpu_layers,
+        "cache_ram": cache_ram,
+        "cache_disk": cache_disk,
     }
     for name, value in values.items():
         checked(name, value)
@@ -420,6 +425,9 @@ def run_config(
         draft_gpu_layers=draft_gpu_layers,
         flash_attn=flash_attn,
         exact=exact,
+        cache_ram=cache_ram,
+        cache_disk=cache_disk,
+        recall=recall,
         drafters=tuple(drafters),
     )
 

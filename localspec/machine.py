@@ -93,4 +93,4 @@ def learned_costs(target: Path, draft: Path, threads: int, ctx: int = default("c
 
 def recalibrate_pair(threads: int) -> None:
     """Measure the default pair afresh now and keep that as its learned costs."""
-    calibrate(*load_models(run_config(threads=threads)))
+    calibrate(*load_models(run_config(threads=threads, cache_ram=0, cache_disk=0)))

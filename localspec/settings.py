@@ -266,6 +266,33 @@ SETTINGS: dict[str, Setting] = {
             "with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF (see docs/guide.md).",
             ("--exact",),
         ),
+        Setting(
+            "cache_ram",
+            int,
+            2048,
+            "Memory for the prompt cache in MiB: prompts seen before (an agent's instructions, a conversation) are "
+            "restored instead of prefilled (0: none kept in memory).",
+            ("--cache-ram",),
+            0,
+            1_048_576,
+        ),
+        Setting(
+            "cache_disk",
+            int,
+            4096,
+            "Disk for the prompt cache in MiB, under the cache directory: kept across restarts (0: none on disk).",
+            ("--cache-disk",),
+            0,
+            16_777_216,
+        ),
+        Setting(
+            "recall",
+            bool,
+            True,
+            "Draft from earlier answers, kept across restarts in the cache directory: an answer given again (a "
+            "regenerated reply, an agent's repeated step) comes sooner.",
+            ("--recall",),
+        ),
         # the server's own limits (serve only)
         Setting(
             "max_queue",

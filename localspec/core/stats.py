@@ -60,6 +60,11 @@ class Stats:
         return self.completion_tokens / self.wall_seconds if self.wall_seconds > 0 else None
 
     @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens not decoded: the cache held them (the live one, or a prompt cache's entry)."""
+        return max(self.prompt_tokens - self.prefill_tokens, 0)
+
+    @property
     def host_seconds(self) -> float:
         """Decode time spent outside both models' llama_decode: sampling, drafting's bookkeeping, text (Python)."""
         return max(self.wall_seconds - self.target_seconds - self.draft_seconds, 0.0)
@@ -103,6 +108,8 @@ class Stats:
         if self.host_per_token is not None and self.target_seconds:
             parts.append(f"host {self.host_per_token * 1e3:.2f} ms/token")
         parts.append(f"prefill {self.prefill_tokens} tokens in {self.prefill_seconds:.2f} s")
+        if self.cached_tokens:
+            parts.append(f"{self.cached_tokens} cached")
         if self.load_seconds is not None:
             parts.append(f"load {self.load_seconds:.2f} s")
         first = self.time_to_first_token if self.time_to_first_token is not None else self.first_token_seconds
@@ -118,6 +125,7 @@ class Stats:
             "acceptance_rate": self.acceptance_rate,
             "tokens_per_pass": self.tokens_per_pass,
             "tokens_per_second": self.tokens_per_second,
+            "cached_tokens": self.cached_tokens,
             "host_seconds": self.host_seconds,
             "host_seconds_per_token": self.host_per_token,
             "host_seconds_per_round": self.host_per_round,

@@ -167,7 +167,7 @@ class Run:
     def _prefill(self, prompt: list[int]) -> None:
         self.engine.check_prompt(prompt)
         st, t0, decoded = self.stats, time.perf_counter(), self.target.n_decoded
-        self._pending = self.target.sync(prompt, 1).copy()  # logits for the first new token, as plain decoding has
+        self._pending = self.target.sync(prompt, 1, prompt=True).copy()  # the first new token's, as plain decoding has
         st.prefill_tokens = self.target.n_decoded - decoded
         st.prefill_seconds = time.perf_counter() - t0
         if self.engine.cost is not None and st.prefill_tokens > 1:  # what a batch saves, in the first answer too
@@ -217,6 +217,9 @@ class Run:
                 st.first_token_seconds = time.perf_counter() - start
             st.target_seconds = target.decode_seconds - target0
             st.draft_seconds = self._draft_seconds() - draft0
+            target.remember()  # the prompt and answer, for a later prompt that repeats them
+            for d in self.planner.drafters:
+                d.end(ctx)
             self.engine.busy_seconds += time.perf_counter() - start
 
     def _draft_seconds(self) -> float:

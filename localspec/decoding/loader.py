@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -18,11 +19,14 @@ from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftPolicy
 from localspec.drafting.probe import BatchProbe
+from localspec.drafting.recall import AnswerStore, Recall
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, exact_rows, gpu_offload_supported
+from localspec.llama.prompts import MiB, PromptCache
 from localspec.models.catalog import default_pair, resolve
 from localspec.models.gguf import check_file, read_gguf
 from localspec.models.vocab import mismatch
+from localspec.paths import cache_dir
 from localspec.settings import TRAINED_CTX_CAP, default
 
 COPIER = ("copier", "ngram")  # --draft values that mean the copier alone ("ngram": its older name)
@@ -58,6 +62,9 @@ class RunConfig:
     draft_gpu_layers: int = default("draft_gpu_layers")
     flash_attn: bool = default("flash_attn")
     exact: bool = default("exact")  # batches whose logits are one-token decoding's to the bit (llama.model.exact_rows)
+    cache_ram: int = default("cache_ram")  # the prompt cache's budgets in MiB (0: no such tier)
+    cache_disk: int = default("cache_disk")
+    recall: bool = default("recall")  # drafting from earlier answers (drafting.recall)
     drafters: tuple[str, ...] = ()  # registered drafters (localspec.drafting.base.register), tried first
 
     @property
@@ -103,13 +110,32 @@ def check_pair(target_path: Path, draft_path: Path | None) -> None:
 
 
 def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
-    return Model(
+    model = Model(
         path,
         n_ctx=cfg.ctx,
         n_threads=cfg.threads or default_threads(),
         n_gpu_layers=gpu_layers(layers),
         flash_attn=cfg.flash_attn,
     )
+    if cfg.cache_ram or cfg.cache_disk:
+        model.prompts = PromptCache(
+            model.kv_key, ram=cfg.cache_ram * MiB, disk=cfg.cache_disk * MiB, root=prompts_dir(), warn=_warn
+        )
+    return model
+
+
+def answers_path(target: Path) -> Path:
+    """Where the answers a target gave are kept (drafting.recall)."""
+    return cache_dir() / "answers" / f"{target.stem}-{target.stat().st_size}.npy"
+
+
+def prompts_dir() -> Path:
+    """The prompt cache's disk tier."""
+    return cache_dir() / "prompts"
+
+
+def _warn(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
@@ -146,6 +172,7 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
         target,
         draft,
         copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER) and Copier.name not in cfg.drafters,
+        recall=not cfg.target_alone and cfg.recall,
         cost=cost,
         policy=policy,
         draft_path=draft_path,
@@ -160,16 +187,19 @@ def make_drafters(
     draft: Model | Callable[[], Model] | None = None,
     *,
     copier: bool = False,
+    recall: bool = False,
     cost: CostModel | None = None,
     policy: DraftPolicy | None = None,
     draft_path: Path | None = None,
 ) -> list[Drafter]:
-    """The built-in drafters in the planner's order of preference: n-gram copies, then the draft model (or
-    the function that loads it at its first draft, from `draft_path`) under the session's `policy`, and where
-    that explores it, the probe of a small batch's cost it is priced by."""
+    """The built-in drafters in the planner's order of preference: n-gram copies, earlier answers (`recall`),
+    then the draft model (or the function that loads it at its first draft, from `draft_path`) under the session's
+    `policy`, and where that explores it, the probe of a small batch's cost it is priced by."""
     drafters: list[Drafter] = []
     if copier:
         drafters.append(_registered(Copier.name, target))
+    if recall:
+        drafters.append(Recall(AnswerStore(answers_path(target.path))))
     if draft is not None:
         drafters.append(DraftModelDrafter(draft, cost, policy=policy, path=draft_path))
         if policy is not None and policy.choice == "explore":

@@ -3,8 +3,8 @@
 A drafter proposes tokens for the target to verify. Each round the planner asks every drafter for its
 `offer`: how long what it would propose now is likely to hold, and what that costs (per token, once, and over
 how many tokens a one-off cost is spread). It prices every offer with the measured verify costs and asks the
-winner to `draft`. After the target's verdict every drafter hears it (`accept`). `begin` and `reset` mark a
-new generation and a new conversation. The speculative loop knows no more than this: adding a draft source
+winner to `draft`. After the target's verdict every drafter hears it (`accept`). `begin`, `end` and `reset` mark
+a generation's start and end and a new conversation. The speculative loop knows no more than this: adding a draft source
 means writing one subclass and registering it.
 """
 
@@ -74,6 +74,9 @@ class Drafter(ABC):
 
     def reset(self) -> None:
         """Forget the context (a new conversation); what was learned about the text may stay."""
+
+    def end(self, ctx: Sequence[int]) -> None:
+        """The generation ended: ctx is its prompt and output (to keep what a later one may use)."""
 
     @abstractmethod
     def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:

@@ -168,6 +168,10 @@ class DraftModelDrafter(Drafter):
         if self.loaded is not None:
             self.loaded.reset()
 
+    def end(self, ctx: Sequence[int]) -> None:
+        if self.loaded is not None:
+            self.loaded.remember()  # its cache follows the target's into the prompt cache
+
     def begin(self, prompt_len: int, *, fill: bool = False) -> None:
         if self._answer:
             self.answers.append(self._answer)

@@ -458,6 +458,9 @@ def bench_command(
         flash_attn=flash_attn,
         temperature=temperature,
         seed=seed,
+        cache_ram=0,  # every run prefills its prompt: a restored one would time something else
+        cache_disk=0,
+        recall=False,  # nor drafted from the answer of the run before
     )
     with loading("loading the clock and measuring this machine's decode costs…"):
         alone = LocalSpec.from_config(replace(cfg, no_draft=True))  # the clock every run is timed against

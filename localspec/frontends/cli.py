@@ -65,6 +65,9 @@ _RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
             "draft_gpu_layers",
             "flash_attn",
             "exact",
+            "cache_ram",
+            "cache_disk",
+            "recall",
         )
     },
 }

@@ -1,8 +1,8 @@
 """llama.cpp plumbing: one GGUF model whose KV cache localspec tracks token by token.
 
-`sync(tokens, n_logits)` makes the cache hold `tokens` (reusing the longest cached prefix,
-trimming the rest with llama_memory_seq_rm) and returns logits for the last n_logits
-positions only: there is never an n_ctx x n_vocab logits buffer.
+`sync(tokens, n_logits)` makes the cache hold `tokens` (reusing the longest cached prefix, from the live
+cache or a prompt cache's entry, trimming the rest with llama_memory_seq_rm) and returns logits for the last
+n_logits positions only: there is never an n_ctx x n_vocab logits buffer.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from localspec.errors import LocalspecError, Unsupported
 from localspec.files import atomic_path, locked
+from localspec.llama.prompts import PromptCache
 from localspec.models.gguf import read_gguf
 from localspec.settings import default
 
@@ -100,6 +101,11 @@ def new_llama(**kwargs: Any) -> llama_cpp.Llama:
 # batch size (ops.cpp: a split-KV pass for one row, tiles for many). What stays is exact to the bit.
 TILED_TYPES = frozenset({10, 11, 12, 13, 14, 16, 17, 18, 19, 21, 22, 23, 29})  # ggml's Q2_K..Q6_K and IQ types
 TILED_MIN_ROWS = 8
+# A prompt cache's entry is restored where it spares decoding at least this many tokens (a restore costs about
+# what decoding a few tokens does), and kept where it holds at least MIN_KEPT.
+MIN_RESTORED = 32
+MIN_KEPT = 128
+PREFILL_TILE = 16  # rows: a multiple of every batched kernel's tile (Model.sync)
 EXACT_BUILD = 'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 
 
@@ -176,6 +182,22 @@ class Model:
         self.grammar_tokenizer: Any = None  # llguidance's view of the vocabulary (llama.grammar), built on first use
         self._pieces: dict[int, bytes] = {}  # each token's bytes, as they are first asked for
         self._eog: dict[int, bool] = {}  # whether a token ends a generation, as it is first asked
+        self.prompts: PromptCache | None = None  # states kept by prefix (llama.prompts), when given
+        self._kept = 0  # how many of the tracked tokens the prompt cache holds a state for
+
+    @property
+    def kv_key(self) -> dict[str, Any]:
+        """What a cached state of this model depends on: the file, the build, and the settings that shape the cache."""
+        st = self.path.stat()
+        return {
+            "file": self.path.name,
+            "bytes": st.st_size,
+            "mtime": st.st_mtime_ns,
+            "llama_cpp": llama_cpp.__version__,
+            "n_ctx": self.n_ctx,
+            "gpu_layers": self.n_gpu_layers,
+            "flash_attn": self.flash_attn,
+        }
 
     def __del__(self) -> None:
         batch = getattr(self, "_batch", None)
@@ -224,16 +246,25 @@ class Model:
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
             raise LocalspecError(f"{self.name}: llama.cpp cannot trim this model's cache")
         del self.tokens[n:]
+        self._kept = min(self._kept, n)
 
     def reset(self) -> None:
         """Empty the cache."""
         self.trim(0)
 
-    def sync(self, tokens: list[int], n_logits: int = 1, skip: Sequence[bool] = ()) -> np.ndarray:
+    def sync(
+        self, tokens: list[int], n_logits: int = 1, skip: Sequence[bool] = (), *, prompt: bool = False
+    ) -> np.ndarray:
         """Make the cache hold `tokens`; return float32 logits (n_logits, n_vocab) for the last positions.
 
         `skip` (one flag per those positions) leaves out rows nobody needs: the output layer is about a
         third of a batch's cost on a CPU. The rows kept come back in order.
+
+        A `prompt` is decoded as a prefill from scratch would be, whatever the cache held: from a multiple of
+        PREFILL_TILE, at least that many tokens. A batched kernel computes a row alike in any batch where the row
+        falls in a whole tile, and the rows past the last whole tile alike where as many are left over; a
+        one-token decode may differ at a near tie. So a prompt's logits are the same bits whether it was
+        prefilled whole or partly reused (the live cache, a prompt cache's entry).
 
         The logits may be a view of llama.cpp's own buffer, valid until this model's next decode:
         copy them to keep them longer.
@@ -245,8 +276,45 @@ class Model:
         keep = len(self.tokens)
         if tokens[:keep] != self.tokens:  # not an extension of the cache (which a round's is): the common prefix
             keep = next((i for i, (a, b) in enumerate(zip(self.tokens, tokens, strict=False)) if a != b), len(tokens))
-        self.trim(min(keep, len(tokens) - n_logits))  # also drops anything an interrupt left untracked
+        if self.prompts is not None and len(tokens) - keep >= MIN_RESTORED:
+            keep = self._restore(tokens, keep)
+        keep = min(keep, len(tokens) - n_logits)
+        if prompt:
+            keep = max(0, min(keep, len(tokens) - PREFILL_TILE)) // PREFILL_TILE * PREFILL_TILE
+        self.trim(keep)  # also drops anything an interrupt left untracked
         return self._decode(tokens[len(self.tokens) :], n_logits, skip)
+
+    def _restore(self, tokens: list[int], keep: int) -> int:
+        """The prompt cache's entry sharing the most of `tokens`, restored where it shares MIN_RESTORED more than
+        the `keep` tokens the live cache does: how many tokens the cache now shares."""
+        assert self.prompts is not None
+        shared, entry = self.prompts.best(tokens)
+        if entry is None or shared < keep + MIN_RESTORED:
+            return keep
+        self.remember()  # the live state, before it is replaced
+        data = self.prompts.load(entry)
+        if data is None:
+            return keep
+        llama_cpp.llama_memory_seq_rm(self._mem, 0, 0, -1)
+        self.tokens = []
+        buffer = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(data), 0) != len(data):
+            llama_cpp.llama_memory_seq_rm(self._mem, 0, 0, -1)  # a state llama.cpp refused: prefilled instead
+            return 0
+        self.tokens = [int(t) for t in entry.tokens]
+        self._kept = len(self.tokens)
+        return shared
+
+    def remember(self) -> None:
+        """Keep the cache's state in the prompt cache (where it holds MIN_KEPT tokens it does not have yet)."""
+        if self.prompts is None or len(self.tokens) < MIN_KEPT or self._kept == len(self.tokens):
+            return
+        self.trim(len(self.tokens))  # anything past the tracked tokens (an interrupted decode's) is not kept
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        buffer = (ctypes.c_ubyte * size)()
+        if llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, 0) == size:
+            self.prompts.put(self.tokens, bytes(buffer))
+            self._kept = len(self.tokens)
 
     def _logits(self, rows: int) -> np.ndarray:
         """The last decode's logits: a (rows, n_vocab) view of llama.cpp's buffer."""

@@ -347,7 +347,7 @@ def _usage(served: Served) -> dict[str, Any]:
     st = served.stats
     return {
         "input_tokens": st.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": st.prompt_tokens - st.prefill_tokens},
+        "input_tokens_details": {"cached_tokens": st.cached_tokens},
         "output_tokens": st.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": st.prompt_tokens + st.completion_tokens,

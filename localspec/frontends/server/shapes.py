@@ -64,7 +64,7 @@ def usage(served: Served) -> dict[str, Any]:
         "prompt_tokens": st.prompt_tokens,
         "completion_tokens": st.completion_tokens,
         "total_tokens": st.prompt_tokens + st.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": st.prompt_tokens - st.prefill_tokens},
+        "prompt_tokens_details": {"cached_tokens": st.cached_tokens},
         "completion_tokens_details": {
             "accepted_prediction_tokens": accepted,
             "rejected_prediction_tokens": rejected,

@@ -1,0 +1,294 @@
+"""A cache of KV states by token prefix, in memory and on disk: a prompt seen before is restored, not prefilled.
+
+An entry is the state of one model's sequence after some tokens (llama.cpp's sequence-state bytes) with those
+tokens. A new prompt takes the entry sharing its longest prefix; the model keeps that prefix and decodes the rest.
+
+Two tiers, each with a byte budget, least recently used out first: memory (a dict of bytes), and disk (one file
+an entry under the cache directory, in a folder per `key`: the model file's identity and every setting that
+changes what its cache holds). A file is written whole under a temporary name and moved into place, checked by
+its length and CRC-32 when read, and its header repeats the key: a damaged, partial or foreign file is removed
+and its prompt prefilled, never trusted. Several processes may share the folder: each sees the others' entries
+as they appear. A failure to read or write the disk (full, read-only) is one line on `warn`, once, and the
+answer is the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from localspec.files import atomic_path
+
+MAGIC = b"localspec-kv\x01\n"
+SUFFIX = ".kv"
+MiB = 2**20
+
+
+@dataclass
+class Entry:
+    """A cached state: its tokens, its size, and where its bytes are (memory, a file, or both)."""
+
+    tokens: np.ndarray  # int32
+    size: int
+    data: bytes | None = None
+    path: Path | None = None
+    used: float = 0.0
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading tokens two arrays share."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
+def key_folder(root: Path, key: dict[str, Any]) -> Path:
+    """The folder under `root` of the entries made under `key`."""
+    text = json.dumps(key, sort_keys=True)
+    return root / hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class PromptCache:
+    """KV states by token prefix (see the module docstring). `ram` and `disk` are byte budgets (0: no such
+    tier); `root` holds the disk tier's folders, one per key; `warn` takes a one-line note."""
+
+    def __init__(
+        self,
+        key: dict[str, Any],
+        *,
+        ram: int,
+        disk: int = 0,
+        root: Path | None = None,
+        warn: Callable[[str], None] = print,
+    ) -> None:
+        self.key, self.ram, self.disk, self.root, self.warn = key, ram, disk if root else 0, root, warn
+        self.folder = key_folder(root, key) if root else None
+        self.memory: dict[bytes, Entry] = {}  # by the tokens' hash, least recently used first
+        self.files: dict[Path, Entry] = {}  # the disk tier's entries, as last listed
+        self._listed: int | None = None  # the folder's mtime when it was listed
+        self._warned: set[str] = set()
+        self._writing = threading.Lock()
+        self._writers: list[threading.Thread] = []
+
+    # ---- finding ----------------------------------------------------------------------------------
+    def best(self, tokens: Sequence[int]) -> tuple[int, Entry | None]:
+        """(shared tokens, entry) of the entry sharing the longest prefix with `tokens` ((0, None): none)."""
+        want = np.asarray(tokens, np.int32)
+        found: tuple[int, Entry | None] = (0, None)
+        for entry in [*self.memory.values(), *self._disk_entries()]:
+            n = common_prefix(entry.tokens, want)
+            if n > found[0] or (n == found[0] and entry.data is not None and found[1] is not None):
+                found = (n, entry)
+        return found
+
+    def load(self, entry: Entry) -> bytes | None:
+        """The entry's state bytes (read and checked where only on disk; None, the file removed, where damaged)."""
+        entry.used = time.time()
+        if entry.data is not None:
+            self.memory[_name(entry.tokens)] = self.memory.pop(_name(entry.tokens), entry)  # most recently used
+            return entry.data
+        assert entry.path is not None
+        data = self._read(entry.path)
+        if data is None or len(data) != entry.size:
+            self.files.pop(entry.path, None)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(entry.path)  # the disk tier's recency is the files' mtime
+        self._remember(Entry(entry.tokens, entry.size, data, entry.path, entry.used))
+        return data
+
+    # ---- keeping ----------------------------------------------------------------------------------
+    def put(self, tokens: Sequence[int], data: bytes) -> None:
+        """Keep the state after `tokens`, in memory and (written in the background) on disk."""
+        entry = Entry(np.asarray(tokens, np.int32), len(data), data, used=time.time())
+        self._remember(entry)
+        if self.folder is not None and self.disk and "write" not in self._warned and entry.size <= self.disk:
+            writer = threading.Thread(target=self._write, args=(entry,), name="localspec-prompt-cache")
+            self._writers = [w for w in self._writers if w.is_alive()] + [writer]
+            writer.start()  # not a daemon: a process ending waits for its entry to be whole on disk
+
+    def flush(self) -> None:
+        """Wait for the entries being written."""
+        for writer in self._writers:
+            writer.join()
+        self._writers = []
+
+    def _remember(self, entry: Entry) -> None:
+        """Into the memory tier: entries this one extends go (it holds their states too), then the least
+        recently used while over the budget."""
+        if not self.ram or entry.size > self.ram:
+            return
+        for name, other in list(self.memory.items()):
+            if len(other.tokens) <= len(entry.tokens) and common_prefix(other.tokens, entry.tokens) == len(
+                other.tokens
+            ):
+                del self.memory[name]
+        self.memory[_name(entry.tokens)] = entry
+        while sum(e.size for e in self.memory.values()) > self.ram:
+            del self.memory[next(iter(self.memory))]
+
+    # ---- the disk tier ----------------------------------------------------------------------------
+    def _disk_entries(self) -> Iterator[Entry]:
+        """The disk tier's entries not in memory, the folder listed again when another process changed it."""
+        if self.folder is None or not self.disk:
+            return iter(())
+        try:
+            mtime = self.folder.stat().st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime != self._listed:
+            self._listed, self.files = mtime, {p: e for p in self._paths() if (e := self._index(p)) is not None}
+        return (e for e in self.files.values() if _name(e.tokens) not in self.memory)
+
+    def _paths(self) -> list[Path]:
+        try:
+            return [p for p in self.folder.iterdir() if p.suffix == SUFFIX] if self.folder else []
+        except OSError:
+            return []
+
+    def _index(self, path: Path) -> Entry | None:
+        """A file's entry from its header and tokens (its state is read when it is used)."""
+        try:
+            with open(path, "rb") as f:
+                header, tokens = _read_head(f)
+        except (OSError, ValueError):
+            self._drop(path, "a damaged entry")
+            return None
+        if header.get("key") != self.key:
+            return None
+        try:
+            used = path.stat().st_mtime
+        except OSError:
+            return None
+        return Entry(tokens, int(header["bytes"]), path=path, used=used)
+
+    def _read(self, path: Path) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                header, _ = _read_head(f)
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            self._once("read", f"cannot read the prompt cache's {path} ({e}); its prompt is prefilled")
+            return None
+        if header.get("key") != self.key or len(data) != header.get("bytes") or zlib.crc32(data) != header.get("crc"):
+            self._drop(path, "a damaged entry")
+            return None
+        return data
+
+    def _write(self, entry: Entry) -> None:
+        assert self.folder is not None and entry.data is not None
+        path = self.folder / (_name(entry.tokens).hex() + SUFFIX)
+        crc = zlib.crc32(entry.data)
+        header = json.dumps({"key": self.key, "tokens": len(entry.tokens), "bytes": entry.size, "crc": crc}).encode()
+        with self._writing:
+            try:
+                with atomic_path(path) as part, open(part, "wb") as f:
+                    f.write(MAGIC + struct.pack("<I", len(header)) + header)
+                    f.write(entry.tokens.astype("<i4").tobytes())
+                    f.write(entry.data)
+                entry.path = path
+                self._trim_disk(entry)
+            except OSError as e:
+                self._once(
+                    "write",
+                    f"cannot write the prompt cache in {self.folder} ({e.strerror or e}); "
+                    "prompts are kept in memory only",
+                )
+
+    def _trim_disk(self, new: Entry) -> None:
+        """Files the new entry extends go; then, over the budget, the least recently used files of every key."""
+        for path, other in list(self.files.items()):
+            if path != new.path and _extends(new.tokens, other.tokens):
+                self._drop(path)
+        assert self.root is not None
+        files = []
+        for path in self.root.glob(f"*/*{SUFFIX}"):
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                files.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.disk:
+                break
+            if path != new.path:
+                self._drop(path)
+                total -= size
+
+    def _drop(self, path: Path, why: str = "") -> None:
+        self.files.pop(path, None)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        if why:
+            self._once(why, f"the prompt cache's {path.name} was {why}: removed, its prompt prefilled")
+
+    def _once(self, kind: str, text: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            self.warn(f"localspec: {text}")
+
+    # ---- figures ----------------------------------------------------------------------------------
+    def usage(self) -> dict[str, int]:
+        """Entries and bytes in each tier."""
+        self._disk_entries()  # lists the folder again where it changed
+        files = list(self.files.values())
+        return {
+            "ram_entries": len(self.memory),
+            "ram_bytes": sum(e.size for e in self.memory.values()),
+            "disk_entries": len(files),
+            "disk_bytes": sum(e.size for e in files),
+        }
+
+
+def _extends(tokens: np.ndarray, other: np.ndarray) -> bool:
+    """Whether `tokens` begin with all of `other`."""
+    return len(other) <= len(tokens) and common_prefix(other, tokens) == len(other)
+
+
+def _name(tokens: np.ndarray) -> bytes:
+    return hashlib.sha256(tokens.astype("<i4").tobytes()).digest()[:12]
+
+
+def _read_head(f: Any) -> tuple[dict[str, Any], np.ndarray]:
+    """(header, tokens) of an entry file open at its start; ValueError where it is not one."""
+    if f.read(len(MAGIC)) != MAGIC:
+        raise ValueError("not a prompt cache entry")
+    try:
+        (length,) = struct.unpack("<I", f.read(4))
+        header = json.loads(f.read(length))
+        n, _, _ = int(header["tokens"]), int(header["bytes"]), int(header["crc"])
+    except (struct.error, KeyError, TypeError) as e:
+        raise ValueError(f"a damaged header ({e})") from None
+    raw = f.read(4 * n)
+    if len(raw) != 4 * n:
+        raise ValueError("cut short")
+    return header, np.frombuffer(raw, "<i4").astype(np.int32)
+
+
+def folder_usage(root: Path) -> tuple[int, int]:
+    """(files, bytes) of the disk tier under `root`, every key's."""
+    files = [p for p in root.glob(f"*/*{SUFFIX}") if p.is_file()] if root.is_dir() else []
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def clear(root: Path) -> int:
+    """Remove every entry under `root`; the bytes freed."""
+    freed = 0
+    for path in root.glob(f"*/*{SUFFIX}") if root.is_dir() else []:
+        with contextlib.suppress(OSError):
+            freed += path.stat().st_size
+            path.unlink()
+    return freed

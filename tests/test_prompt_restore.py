@@ -1,0 +1,83 @@
+"""The prompt cache and earlier answers with the real models: restored prompts give the same bits as prefilled
+ones, a conversation resumed after another (and after a restart) answers as if never left, and an answer asked for
+again is drafted from the first one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from conftest import assert_same_tokens
+
+from localspec.api import LocalSpec, Message, Stats
+from localspec.llama.model import Model
+from localspec.llama.prompts import PromptCache
+
+RULES = "You review Python code. " + " ".join(
+    f"Rule {i}: prefer clear names, short functions, type hints and docstrings." for i in range(40)
+)
+QUESTION = "Write a Python function that merges two sorted lists into one sorted list."
+
+
+def test_a_restored_prompt_has_a_fresh_prefills_logits(target_path: Path, tmp_path: Path) -> None:
+    model = Model(target_path, n_ctx=2048)
+    first = model.tokenize(RULES)  # two batches of a prefill
+    longer = first + model.tokenize(" Now review this: def f(x): return x+1")
+
+    def fresh(tokens: list[int]) -> np.ndarray:
+        model.prompts = None
+        model.reset()
+        return model.sync(tokens, 1, prompt=True).copy()
+
+    want_first, want_longer = fresh(first), fresh(longer)
+    model.prompts = PromptCache(model.kv_key, ram=2**30, disk=2**30, root=tmp_path)
+    model.reset()
+    model.sync(first, 1, prompt=True)
+    model.remember()
+    model.prompts.flush()
+    for tokens, want in ((first, want_first), (longer, want_longer)):
+        model.prompts = PromptCache(model.kv_key, ram=0, disk=2**30, root=tmp_path)  # a restart: the disk alone
+        model.reset()
+        decoded = model.n_decoded
+        got = model.sync(tokens, 1, prompt=True)
+        assert model.n_decoded - decoded < len(tokens) - len(first) + 32  # restored, not prefilled
+        assert np.array_equal(got, want)  # to the bit
+
+
+def _conversation(spec: LocalSpec, turns: list[str], answers: list[str], **kw: Any) -> tuple[str, Stats]:
+    """The next answer of a conversation under RULES: its text and figures."""
+    messages: list[Message] = [{"role": "system", "content": RULES}]
+    for turn, answer in zip(turns, answers, strict=False):
+        messages += [{"role": "user", "content": turn}, {"role": "assistant", "content": answer}]
+    messages.append({"role": "user", "content": turns[len(answers)]})
+    run = spec.generate(messages, max_tokens=40, **kw)
+    return run.result(), run.stats
+
+
+def test_a_conversation_resumed_after_another_and_a_restart_answers_as_if_never_left(target_path: Path) -> None:
+    turns = [QUESTION, "Now add type hints and a docstring."]
+    other = ["Write a haiku about the sea."]
+    for kw in ({"temperature": 0}, {"temperature": 0.8, "seed": 7}):
+        spec = LocalSpec.load(str(target_path), draft="copier", ctx=2048)
+        first, _ = _conversation(spec, turns, [], **kw)
+        uninterrupted, _ = _conversation(spec, turns, [first], **kw)
+        spec = LocalSpec.load(str(target_path), draft="copier", ctx=2048)  # another conversation, then a restart
+        assert _conversation(spec, turns, [], **kw)[0] == first
+        _conversation(spec, other, [], **kw)
+        spec = LocalSpec.load(str(target_path), draft="copier", ctx=2048)
+        resumed, st = _conversation(spec, turns, [first], **kw)
+        assert resumed == uninterrupted
+        assert st.cached_tokens >= 0.9 * st.prompt_tokens, st
+
+
+def test_an_answer_asked_for_again_is_drafted_from_the_first(target_path: Path) -> None:
+    spec = LocalSpec.load(str(target_path), draft="copier", ctx=2048, temperature=0)
+    alone = spec.generate(QUESTION, max_tokens=120, max_draft=0)
+    want = alone.result()
+    run = spec.generate(QUESTION, max_tokens=120)
+    got = run.result()
+    recalled = run.stats.accepted_by.get("recall", 0)
+    assert recalled >= 0.5 * run.stats.completion_tokens, run.stats  # drafting happened: from the first answer
+    tokens = spec.tokens(QUESTION)
+    assert_same_tokens(spec.engine.target, tokens, spec.tokenize(got), spec.tokenize(want))
