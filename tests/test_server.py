@@ -716,6 +716,28 @@ def test_responses_answer_as_chat_completions_do(server: Server, target: Model) 
     _same(target, EDIT, streamed, want)
 
 
+def test_a_prompt_asked_again_after_another_is_restored_and_counted(server: Server) -> None:
+    """Another conversation in between: the first's prompt comes back from the prompt cache (the same answer) and
+    usage counts it as cached, in chat completions and the Responses API."""
+    client = server.client()
+    rules = "You answer in one short sentence. " + " ".join(f"Rule {i}: be precise and brief." for i in range(40))
+    question = "Name a prime number greater than ten."
+    ask = [{"role": "system", "content": rules}, {"role": "user", "content": question}]
+    first = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=12, temperature=0)
+    _chat(client, HAIKU, max_tokens=12, temperature=0)
+    again = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=12, temperature=0)
+    assert again.choices[0].message.content == first.choices[0].message.content
+    usage = again.usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens >= 0.9 * usage.prompt_tokens > 300
+    answers = []
+    for _ in range(2):
+        answers.append(client.responses.create(model=MODEL, instructions=rules, input=question, max_output_tokens=16))
+        _chat(client, HAIKU, max_tokens=12, temperature=0)
+    usage_r = answers[1].usage
+    assert usage_r is not None and usage_r.input_tokens_details.cached_tokens >= 0.9 * usage_r.input_tokens
+
+
 def test_a_responses_tool_call_and_its_result(server: Server) -> None:
     """A function tool is called with well-formed arguments; the next request, carrying the call and its output,
     is answered with text that uses the output (tool_choice none: this small model would call the tool again)."""

@@ -124,9 +124,13 @@ def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
     return model
 
 
+def answers_dir() -> Path:
+    """Where the answers targets gave are kept (drafting.recall), a file a target."""
+    return cache_dir() / "answers"
+
+
 def answers_path(target: Path) -> Path:
-    """Where the answers a target gave are kept (drafting.recall)."""
-    return cache_dir() / "answers" / f"{target.stem}-{target.stat().st_size}.npy"
+    return answers_dir() / f"{target.stem}-{target.stat().st_size}.npy"
 
 
 def prompts_dir() -> Path:

@@ -29,6 +29,8 @@ app = typer.Typer(
 app.add_typer(models_app, name="models")
 config_app = typer.Typer(no_args_is_help=True, help="Show the settings from the config file and the environment.")
 app.add_typer(config_app, name="config")
+cache_app = typer.Typer(no_args_is_help=True, help="The prompt cache and the earlier answers: show or empty them.")
+app.add_typer(cache_app, name="cache")
 
 
 def _opt(name: str, kind: Any = None) -> Any:
@@ -465,6 +467,22 @@ def doctor(
     run_doctor(seconds=seconds, threads=threads, recalibrate=recalibrate)
 
 
+@cache_app.command("show")
+def cache_show() -> None:
+    """What the prompt cache and the earlier answers hold on disk, and their budgets."""
+    from localspec.machine import cache_report
+
+    print(cache_report())
+
+
+@cache_app.command("clear")
+def cache_clear() -> None:
+    """Empty the prompt cache and forget the earlier answers (the measured costs stay)."""
+    from localspec.machine import clear_caches
+
+    print(f"freed {clear_caches() / 2**20:.1f} MiB")
+
+
 @config_app.command("show")
 def config_show() -> None:
     """The effective default of every setting and where it comes from (flags override all of them)."""
@@ -518,6 +536,8 @@ def main() -> None:
             file=sys.stderr,
         )
         code = 1
+    if (prompts := sys.modules.get("localspec.llama.prompts")) is not None:
+        prompts.flush_all()  # the prompt cache's entries being written, whole before the process ends
     if code == 141:  # stdout is gone: make the final flush harmless
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.stdout.flush()

@@ -9,6 +9,7 @@ from localspec.machine import (
     EXACT_BUILD,
     amx_weights_disabled,
     build,
+    cache_report,
     default_threads,
     draft_verdict,
     gpu_layers,
@@ -60,6 +61,7 @@ def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> Non
         print(
             "AMX: weights kept in plain CPU buffers (llama.cpp's AMX path crashes on some CPUs: ggml-org/llama.cpp#20824)"
         )
+    print(cache_report())
     entries = find_models()
     print(f"models: {len(entries)} found")
     for e in entries:

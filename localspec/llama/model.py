@@ -276,7 +276,7 @@ class Model:
         keep = len(self.tokens)
         if tokens[:keep] != self.tokens:  # not an extension of the cache (which a round's is): the common prefix
             keep = next((i for i, (a, b) in enumerate(zip(self.tokens, tokens, strict=False)) if a != b), len(tokens))
-        if self.prompts is not None and len(tokens) - keep >= MIN_RESTORED:
+        if self.prompts is not None and len(tokens) - n_logits - keep >= MIN_RESTORED:  # a prefill, not a round
             keep = self._restore(tokens, keep)
         keep = min(keep, len(tokens) - n_logits)
         if prompt:

@@ -22,7 +22,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from localspec.files import atomic_path
 MAGIC = b"localspec-kv\x01\n"
 SUFFIX = ".kv"
 MiB = 2**20
+STALE_SECONDS = 3600  # a temporary file this old was left by a process that ended mid-write
+_WRITERS: set[threading.Thread] = set()  # every cache's writes in progress (flush_all)
 
 
 @dataclass
@@ -117,6 +119,8 @@ class PromptCache:
         if self.folder is not None and self.disk and "write" not in self._warned and entry.size <= self.disk:
             writer = threading.Thread(target=self._write, args=(entry,), name="localspec-prompt-cache")
             self._writers = [w for w in self._writers if w.is_alive()] + [writer]
+            _WRITERS.difference_update([w for w in _WRITERS if not w.is_alive()])
+            _WRITERS.add(writer)
             writer.start()  # not a daemon: a process ending waits for its entry to be whole on disk
 
     def flush(self) -> None:
@@ -140,17 +144,18 @@ class PromptCache:
             del self.memory[next(iter(self.memory))]
 
     # ---- the disk tier ----------------------------------------------------------------------------
-    def _disk_entries(self) -> Iterator[Entry]:
+    def _disk_entries(self) -> list[Entry]:
         """The disk tier's entries not in memory, the folder listed again when another process changed it."""
         if self.folder is None or not self.disk:
-            return iter(())
+            return []
         try:
             mtime = self.folder.stat().st_mtime_ns
         except OSError:
             mtime = None
         if mtime != self._listed:
             self._listed, self.files = mtime, {p: e for p in self._paths() if (e := self._index(p)) is not None}
-        return (e for e in self.files.values() if _name(e.tokens) not in self.memory)
+        entries = list(self.files.values())  # at once: a writer thread may remove files meanwhile
+        return [e for e in entries if _name(e.tokens) not in self.memory]
 
     def _paths(self) -> list[Path]:
         try:
@@ -216,10 +221,13 @@ class PromptCache:
                 self._drop(path)
         assert self.root is not None
         files = []
-        for path in self.root.glob(f"*/*{SUFFIX}"):
+        for path in self.root.glob("*/*"):
             with contextlib.suppress(OSError):
                 st = path.stat()
-                files.append((st.st_mtime, st.st_size, path))
+                if path.suffix == SUFFIX:
+                    files.append((st.st_mtime, st.st_size, path))
+                elif path.name.startswith(".") and st.st_mtime < time.time() - STALE_SECONDS:
+                    path.unlink()  # a write a process never finished
         total = sum(size for _, size, _ in files)
         for _, size, path in sorted(files):
             if total <= self.disk:
@@ -276,6 +284,13 @@ def _read_head(f: Any) -> tuple[dict[str, Any], np.ndarray]:
     if len(raw) != 4 * n:
         raise ValueError("cut short")
     return header, np.frombuffer(raw, "<i4").astype(np.int32)
+
+
+def flush_all() -> None:
+    """Wait for every cache's writes in progress (before a process ends without running its threads out)."""
+    for writer in list(_WRITERS):
+        writer.join()
+        _WRITERS.discard(writer)
 
 
 def folder_usage(root: Path) -> tuple[int, int]:

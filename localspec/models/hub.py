@@ -161,6 +161,22 @@ def unreachable(timeout: float = 5.0) -> str | None:
     return None
 
 
+def pin(repo: str, file: str) -> tuple[int, str]:
+    """(size, sha256) the Hub publishes for a large (LFS) file, read before anything of it is downloaded."""
+    from huggingface_hub import HfApi
+
+    _quiet()
+    try:
+        infos = HfApi().get_paths_info(repo, [file])
+    except Exception as e:
+        raise _hub_error(e, repo, file) from None
+    info = next((i for i in infos if getattr(i, "path", None) == file), None)
+    lfs = getattr(info, "lfs", None)
+    if info is None or lfs is None or not _SHA256.fullmatch(str(lfs.sha256)):
+        raise LocalspecError(f"{repo}:{file}: the Hub publishes no sha256 of it, so it cannot be installed verified")
+    return int(lfs.size), str(lfs.sha256)
+
+
 def download(repo: str, file: str, folder: Path | None = None) -> Path:
     """Download repo's `file` into the Hugging Face cache, or into `folder` (where the caller verifies it before it
     is used); an interrupted download resumes. One-line LocalspecError when the Hub cannot give it."""

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import zipfile
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
@@ -79,6 +80,11 @@ def install(model: CatalogModel, dest_dir: Path | None = None, source: str = "au
     if source not in SOURCES:
         raise LocalspecError(f"unknown source '{source}' (one of: {', '.join(SOURCES)})")
     dest = (dest_dir or models_dir()) / model.file
+    if model.size is None or model.sha256 is None:  # pinned by what its Hub repository publishes, before a byte
+        if is_verified(model, dest):
+            print(f"{dest}: already installed and verified", file=sys.stderr)
+            return dest
+        model = _pinned(model)
     if is_verified(model, dest):
         print(f"{dest}: already installed and verified", file=sys.stderr)
         return dest
@@ -101,6 +107,16 @@ def install(model: CatalogModel, dest_dir: Path | None = None, source: str = "au
     return dest
 
 
+def _pinned(model: CatalogModel) -> CatalogModel:
+    """`model` with the size and sha256 its Hub repository publishes (a catalog entry without its own pin)."""
+    from localspec.models.hub import pin, unreachable
+
+    if why := unreachable():
+        raise LocalspecError(f"{model.name} is pinned by its Hub repository, which cannot be read now: {why}")
+    size, sha256 = pin(model.hf, model.file)
+    return replace(model, size=size, sha256=sha256)
+
+
 def _from_hub(model: CatalogModel, dest: Path) -> None:
     """Download `model` from its Hub repository into a private folder beside `dest` (where an interrupted
     download resumes), and move it into place once its sha256 is the catalog's."""
@@ -113,7 +129,7 @@ def _from_hub(model: CatalogModel, dest: Path) -> None:
     print(f"localspec: checking {model.file} …", file=sys.stderr)
     if got.stat().st_size != model.size or sha256_file(got) != model.sha256:
         got.unlink()
-        raise LocalspecError(f"{model.hf}:{model.file} from the Hub is not the catalog's file (its sha256 differs)")
+        raise LocalspecError(f"{model.hf}:{model.file} from the Hub is not the file pinned for it (its sha256 differs)")
     os.replace(got, dest)
 
 

@@ -40,6 +40,10 @@ def is_verified(model: Pinned, path: Path) -> bool:
         st, stamp = path.stat(), json.loads(stamp_path(path).read_text())
     except (OSError, ValueError):
         return False
+    if not isinstance(stamp, dict) or (stamp.get("size"), stamp.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return False
+    if model.sha256 is None:  # pinned at its install by what the Hub published (install.py): that check holds
+        return isinstance(stamp.get("sha256"), str) and (model.size is None or model.size == st.st_size)
     return stamp == {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
@@ -54,6 +58,8 @@ def check_installed(model: Pinned, path: Path) -> None:
     if is_verified(model, path):
         return
     again = f"run `localspec models install {model.name}` again"
+    if model.size is None or model.sha256 is None:
+        raise LocalspecError(f"{path} was not installed and verified by localspec: {again}")
     size = path.stat().st_size
     if size != model.size:
         raise LocalspecError(f"{path} is incomplete or damaged ({size:,} of {model.size:,} bytes): {again}")
