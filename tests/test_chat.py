@@ -18,7 +18,7 @@ from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Engine
 from localspec.decoding.loader import RunConfig, make_drafters
 from localspec.frontends.chat import DRAFT_COLOR, Repl
-from localspec.frontends.conversation import Conversation
+from localspec.frontends.conversation import Conversation, Session
 from localspec.llama.model import Model
 
 GREEDY = SamplerSettings(temperature=0)
@@ -51,7 +51,7 @@ def drive(
     *,
     color: bool = False,
     history: Path | None = None,
-    autosave: Path | None = None,
+    autosave: Path | Session | None = None,
     interrupt_after: int | None = None,
 ) -> str:
     """Type `keys` into a real Repl (\\r is Enter, \\x03 is Ctrl-C); return what it printed. `interrupt_after`:

@@ -19,7 +19,7 @@ from prompt_toolkit.key_binding import KeyBindings
 from localspec.api import SamplerSettings
 from localspec.errors import LocalspecError
 from localspec.files import atomic_file
-from localspec.frontends.conversation import Conversation, find_session, saved_sessions
+from localspec.frontends.conversation import Conversation, Session, find_session, saved_sessions
 from localspec.settings import CHAT_SETTABLE, SETTINGS
 
 DRAFT_COLOR, RESET = "\x1b[36m", "\x1b[0m"
@@ -83,11 +83,13 @@ class Repl:
         out: TextIO | None = None,
         color: bool | None = None,
         history: Path | None = None,
-        autosave: Path | None = None,
+        autosave: Path | Session | None = None,
         pt_input=None,
         pt_output=None,
     ) -> None:
-        self.conv, self.autosave = conv, autosave
+        self.conv = conv
+        # where each turn is saved: a chat's Session, or a file given (held as a session's)
+        self.file = autosave if autosave is None or isinstance(autosave, Session) else Session(autosave)
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         if history is not None:
@@ -157,9 +159,17 @@ class Repl:
             stream.close()
             self._write(" [interrupted]")
         finally:
-            if self.autosave is not None:  # a crash or a killed terminal loses at most the reply in flight
-                self.conv.save(self.autosave)
-        self._write("\n")
+            self._write("\n")
+            if self.file is not None:  # a crash or a killed terminal loses at most the reply in flight
+                self.conv.save(self.file.path)
+
+    def new_file(self, loaded: Path | None = None) -> None:
+        """The conversation changed: a new one (/clear, /system) saves to a new file, a loaded one to its own
+        file (a session's) or a new one; the file the last one was saved to stays as it is."""
+        if self.file is not None:
+            note = self.file.take() if loaded is None else self.file.continue_with(loaded)
+            if note:
+                self._say(note)
 
     def command(self, line: str) -> None:
         """Run one slash command; a bad one raises LocalspecError (shown as one line)."""
@@ -232,6 +242,7 @@ def _stats(repl: Repl, arg: str) -> None:
 @command("/clear", "", "start a new conversation (caches reset)")
 def _clear(repl: Repl, arg: str) -> None:
     repl.conv.clear()
+    repl.new_file()
     repl._say("new conversation")
 
 
@@ -241,6 +252,7 @@ def _system(repl: Repl, arg: str) -> None:
         _bad("usage: /system TEXT")
     repl.conv.system = arg
     repl.conv.clear()
+    repl.new_file()
     repl.conv.prefill()
     repl._say("system prompt set; new conversation")
 
@@ -264,6 +276,7 @@ def _load(repl: Repl, arg: str) -> None:
         _bad("usage: /load FILE|NAME")
     path = find_session(arg)
     repl.conv.load(path)
+    repl.new_file(path)
     repl._say(f"loaded {path} ({len(repl.conv.messages)} messages)")
 
 

@@ -281,12 +281,11 @@ def chat(
     """Chat in the terminal, with speculative decoding underneath (/help lists the commands)."""
     from localspec.api import LocalSpec
     from localspec.frontends.chat import Repl
-    from localspec.frontends.conversation import Conversation, find_session, new_session, sessions_dir
+    from localspec.frontends.conversation import Conversation, Session, find_session
     from localspec.frontends.generate import loading
     from localspec.paths import data_dir
 
     source = find_session(resume) if resume is not None else None  # before the models load: nothing to wait for
-    autosave = source if source is not None and source.parent == sessions_dir() else new_session()
     with loading("loading models…"):
         spec = LocalSpec.from_config(cfg)
     for note in spec.notes:
@@ -300,14 +299,18 @@ def chat(
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):  # a closed terminal, a stopped service
         if sig is not None:
             signal.signal(sig, _stopped)
+    session = Session()
+    if source is not None and (forked := session.continue_with(source)):  # one another chat has open is forked
+        print(f"localspec: {forked}", file=sys.stderr)
     try:
-        Repl(conv, history=data_dir() / "history", autosave=autosave).run()
+        Repl(conv, history=data_dir() / "history", autosave=session).run()
     finally:  # however it ends, the conversation and what was learned of the machine are kept
         if conv.messages:
             try:
-                conv.save(autosave)
+                conv.save(session.path)
             except LocalspecError as e:
                 print(f"localspec: {e}", file=sys.stderr)
+        session.release()
         spec.save_costs()
 
 

@@ -15,7 +15,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import Timeout
+from filelock import FileLock, Timeout
 
 from localspec.api import Generation, LocalSpec, Message, Piece, SamplerSettings, Stats
 from localspec.errors import LocalspecError
@@ -34,7 +34,53 @@ def sessions_dir() -> Path:
 
 def new_session() -> Path:
     """A new chat's own file, named by its start and a random tag: two chats never share one."""
-    return sessions_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}.json"
+    return sessions_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}.json"
+
+
+class Session:
+    """The file a chat saves its conversation to, held while the chat writes to it (a lock beside it): two chats never
+    write one file, and a new conversation (/clear, /system) or another one loaded gets a file of its own, so no
+    saved conversation is ever overwritten by another."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path: Path = new_session()
+        self._held: FileLock | None = None
+        self.note = self.take(path)
+
+    def take(self, path: Path | None = None) -> str | None:
+        """Save to `path` from now on (None: a new session's file); where another chat holds it, a new file, and
+        a line that says so."""
+        self.release()
+        note = None
+        if path is not None:
+            if (held := _hold(path)) is None:
+                note = f"{path.name} is open in another chat: this one goes on in a new session's file"
+            else:
+                self.path, self._held = path, held
+                return None
+        self.path = new_session()
+        self._held = _hold(self.path)
+        return note
+
+    def continue_with(self, path: Path) -> str | None:
+        """A loaded conversation: a session's own file is continued (where no other chat holds it), any other
+        file is copied into a new session's."""
+        return self.take(path if path.parent == sessions_dir() else None)
+
+    def release(self) -> None:
+        if self._held is not None:
+            self._held.release()
+            self._held = None
+
+
+def _hold(path: Path) -> FileLock | None:
+    """The chat's hold on a session file (None where another chat has it)."""
+    lock = locked(path.with_name(path.name + ".open"), timeout=0)
+    try:
+        lock.acquire()
+    except (Timeout, OSError):
+        return None
+    return lock
 
 
 def saved_sessions() -> list[Path]:
