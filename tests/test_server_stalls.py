@@ -126,6 +126,17 @@ def test_a_slow_reader_holds_the_worker_at_most_the_timeout_beyond_its_answer(se
     slow.close()
 
 
+@pytest.mark.parametrize("served", [(StandIn(), {"max_connections": 3})], indirect=True)
+def test_sockets_that_send_nothing_never_lock_out_a_client(served: Served) -> None:
+    """Idle connections filling --max-connections: a request closes the longest idle of them and is answered."""
+    idle = [raw(served.port, b"") for _ in range(3)]
+    until(lambda: served.connections == 3, "three idle connections")
+    assert [_ok(served.url) for _ in range(3)] == [200] * 3
+    assert served.connections <= 3
+    for sock in idle:
+        sock.close()
+
+
 @pytest.mark.parametrize("served", [(StandIn(), {"max_connections": 1})], indirect=True)
 def test_nothing_gives_a_500_and_every_refusal_is_openai_shaped(served: Served) -> None:
     """A malformed Origin, a lone surrogate in a field, a connection beyond --max-connections: 4xx or 503, in
@@ -137,12 +148,13 @@ def test_nothing_gives_a_500_and_every_refusal_is_openai_shaped(served: Served) 
         f"{served.url}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
     )
     assert surrogate.status_code == 400 and "not Unicode" in surrogate.json()["error"]["message"], surrogate.text
-    idle = raw(served.port, b"")
-    until(lambda: served.connections == 1, "the idle connection")
+    held = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\nContent-Length: 99\r\n\r\n{{"
+    busy = raw(served.port, held.encode())
+    until(lambda: served.connections == 1, "the connection whose body is on its way")
     crowded = httpx.get(f"{served.url}/v1/models")
     assert crowded.status_code == 503 and crowded.json()["error"]["code"] == "too_many_connections"
     assert crowded.headers["retry-after"] and crowded.headers["connection"] == "close"
-    idle.close()
+    busy.close()
     json.dumps(served.log)
 
 

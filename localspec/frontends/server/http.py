@@ -5,7 +5,9 @@ does (or does not do) holds a connection for ever:
   sockets that send half a header, or nothing, are closed;
 - a bounded send buffer, so a client that stops reading is felt at once, and a connection whose client reads
   nothing for `seconds` while a response waits to be sent is aborted (its generation is released);
-- at most `max_connections` connections: a request on one more is answered 503 in OpenAI's shape.
+- at most `max_connections` connections: a request on one more first closes the connections that wait for a
+  request (the longest idle first), so sockets that send nothing never lock out a client that asks; where every
+  other connection is busy, it is answered 503 in OpenAI's shape.
 
 Bodies are timed by the guard, idle keep-alive connections by uvicorn, slow readers by the worker."""
 
@@ -32,6 +34,12 @@ def timed_protocol(seconds: float, max_connections: int | None = None) -> type[H
     class TimedH11(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
         _send_timer: asyncio.TimerHandle | None = None
+        idle_since = 0.0  # when it began waiting for a request's headers
+
+        @property
+        def idle(self) -> bool:
+            """Whether it waits for a request (none in flight)."""
+            return self.cycle is None or self.cycle.response_complete
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -66,10 +74,11 @@ def timed_protocol(seconds: float, max_connections: int | None = None) -> type[H
         def _arm(self) -> None:
             if self._header_timer is not None:
                 self._header_timer.cancel()
+            self.idle_since = self.loop.time()
             self._header_timer = self.loop.call_later(seconds, self._expired)
 
         def _expired(self) -> None:
-            if self.cycle is None or self.cycle.response_complete:  # still waiting for a request's headers
+            if self.idle:  # still waiting for a request's headers
                 self.transport.close()
 
     return TimedH11
@@ -79,6 +88,8 @@ def _capped(app: Any, connections: set[Any], limit: int) -> Any:
     """`app`, but a request on a connection beyond `limit` gets a 503 in OpenAI's shape, and the connection closes."""
 
     async def capped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            _close_idle(connections, len(connections) - limit)
         if scope["type"] != "http" or len(connections) <= limit:
             return await app(scope, receive, send)
         error = ApiError(
@@ -91,6 +102,16 @@ def _capped(app: Any, connections: set[Any], limit: int) -> Any:
         await send_error(send, error)
 
     return capped
+
+
+def _close_idle(connections: set[Any], excess: int) -> None:
+    """Close up to `excess` connections that wait for a request, the longest idle first."""
+    if excess <= 0:
+        return
+    idle = sorted((c for c in list(connections) if getattr(c, "idle", False)), key=lambda c: c.idle_since)
+    for connection in idle[:excess]:
+        connection.transport.close()
+        connections.discard(connection)  # gone now: its connection_lost comes on the loop's next turn
 
 
 def open_files_limit(connections: int) -> None:
