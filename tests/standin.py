@@ -90,13 +90,22 @@ class StandIn:
 class Served:
     """The app over `spec`, served by uvicorn in a thread as `localspec serve` serves it."""
 
-    def __init__(self, spec: StandIn, *, timeout: float = 1.0, max_connections: int = 64, max_queue: int = 16) -> None:
+    def __init__(
+        self,
+        spec: StandIn,
+        *,
+        timeout: float = 1.0,
+        max_connections: int = 64,
+        max_queue: int = 16,
+        api_key: str | None = None,
+    ) -> None:
         self.log: list[str] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(
             spec,  # type: ignore[arg-type]
             model_id="standin",
+            api_key=api_key,
             max_queue=max_queue,
             body_seconds=timeout,
             stall_seconds=timeout,

@@ -84,7 +84,7 @@ def create_app(
     )
     v1 = APIRouter(prefix="/v1")
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, Any]:
         worker = service.worker
         return {"status": "ok", "model": model_id, "waiting": worker.waiting, "busy": worker.lock.locked()}

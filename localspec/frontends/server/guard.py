@@ -65,9 +65,10 @@ def origin_host(origin: str) -> str | None:
 
 
 def key_matches(authorization: str, api_key: str) -> bool:
-    """An `Authorization: Bearer KEY` header (the scheme in any case), compared in constant time."""
+    """An `Authorization: Bearer KEY` header (the scheme in any case), compared in constant time: the header's bytes
+    (read as latin-1, HTTP's own) against the key's UTF-8, as a client sends a key that is not ASCII."""
     scheme, _, token = authorization.strip().partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), api_key.encode())
+    return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode("latin-1"), api_key.encode())
 
 
 class Guard:

@@ -280,6 +280,8 @@ class ResponsesRequest(Common):
         functions = self.functions()
         if isinstance(self.tool_choice, FunctionChoice):
             check_named_tool(flat(self.tool_choice.namespace, self.tool_choice.name), list(functions))
+        elif self.tool_choice == "required":
+            check_named_tool(None, list(functions))
 
     def options(self) -> dict[str, Any]:
         choice = self.tool_choice or "auto"

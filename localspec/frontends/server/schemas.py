@@ -223,8 +223,11 @@ class ChatRequest(RequestBase):
     def check(self) -> None:
         """What no single field shows: a named tool that is not among the tools."""
         self.refuse_unsupported()
+        names = [t.function.name for t in self.tools or []]
         if isinstance(self.tool_choice, ToolChoiceFunction):
-            check_named_tool(self.tool_choice.function.name, [t.function.name for t in self.tools or []])
+            check_named_tool(self.tool_choice.function.name, names)
+        elif self.tool_choice == "required":
+            check_named_tool(None, names)
 
     def options(self) -> dict[str, Any]:
         """LocalSpec.generate's arguments for what this request asks beyond sampling."""
@@ -266,9 +269,12 @@ class CompletionRequest(RequestBase):
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
-def check_named_tool(name: str, names: list[str]) -> None:
-    """A tool_choice that names a function must name one of the tools (a 400 naming tool_choice)."""
-    if name not in names:
+def check_named_tool(name: str | None, names: list[str]) -> None:
+    """A tool_choice that names a function must name one of the tools, and "required" (`name` None) needs one (a
+    400 naming tool_choice, as OpenAI answers)."""
+    if name is None and not names:
+        raise ApiError(400, "tool_choice is 'required' but no tools are given", param="tool_choice")
+    if name is not None and name not in names:
         raise ApiError(
             400,
             f"tool_choice names the function '{name}', which is not among the tools ({', '.join(names) or 'none given'})",
