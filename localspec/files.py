@@ -25,16 +25,26 @@ LOCK_SECONDS = 10.0  # the longest a writer waits for another process's write
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`; {} where it is missing, and {} (the damaged file set aside) where unreadable."""
+    """The JSON object in `path`; {} where it is missing or cannot be read now, and {} (the damaged file set aside)
+    where it is not a JSON object."""
+    data = _read(path)
+    return {} if data is None else data
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """read_json's, but None where the file is there and cannot be read now (no file handles left, no permission,
+    an I/O error): not damaged, and not to be written over."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         return _set_aside(path)
+    except OSError:
+        return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return _set_aside(path)
     return data if isinstance(data, dict) else _set_aside(path)
 
@@ -80,7 +90,10 @@ def update_json(path: Path, change: Callable[[dict[str, Any]], None]) -> bool:
     one-line note on stderr) where the file could not be written, which never fails the caller."""
     try:
         with locked(path):
-            data = read_json(path)
+            data = _read(path)
+            if data is None:  # there but unreadable now: its entries are kept, this change is not
+                print(f"localspec: could not read {path}; it is left as it is", file=sys.stderr)
+                return False
             change(data)
             write_json(path, data)
         return True

@@ -153,3 +153,14 @@ def test_the_input_history_is_private_and_bounded(tmp_path: Path) -> None:
     assert stat.S_IMODE(history.stat().st_mode) == 0o600
     text = history.read_text()
     assert text.count("\n# ") == 10 and "+line 49" in text and "+line 39" not in text
+
+
+def test_a_saved_message_without_text_or_nested_without_end_loads_or_is_refused_in_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "null.json"
+    empty.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null}]}')
+    conv = _conv()
+    drive(conv, f"/load {empty}\r/exit\r")
+    assert [m["content"] for m in conv.messages] == ["hi", ""]
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    assert "is not a saved localspec conversation" in drive(_conv(), f"/load {deep}\r/exit\r")

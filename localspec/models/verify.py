@@ -3,6 +3,7 @@ file that has not changed since is not hashed again."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -48,8 +49,11 @@ def is_verified(model: Pinned, path: Path) -> bool:
 
 
 def write_stamp(model: Pinned, path: Path) -> None:
+    """Record that `path` was checked; where its folder cannot be written (read-only), the file is checked again
+    next time instead."""
     st = path.stat()
-    write_json(stamp_path(path), {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    with contextlib.suppress(OSError):
+        write_json(stamp_path(path), {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
 
 
 def check_installed(model: Pinned, path: Path) -> None:
