@@ -98,8 +98,11 @@ class Served:
         max_connections: int = 64,
         max_queue: int = 16,
         api_key: str | None = None,
+        n_ctx: int | None = None,
     ) -> None:
         self.log: list[str] = []
+        if n_ctx is not None:
+            spec.n_ctx = n_ctx
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(

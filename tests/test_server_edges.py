@@ -42,3 +42,28 @@ def test_required_tool_choice_without_tools_is_a_400(served: Served, path: str, 
     answer = httpx.post(f"{served.url}{path}", json={"model": "standin", **body}, headers=AUTH)
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"] == "tool_choice"
+
+
+def _post(served: Served, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{served.url}{path}", json={"model": "standin", **body}, headers=AUTH)
+
+
+def test_a_responses_input_error_names_where_it_is_and_what_fits_there(served: Served) -> None:
+    bad = _post(served, "/v1/responses", {"input": [{"type": "message", "role": "user", "content": 5}]})
+    error = bad.json()["error"]
+    assert bad.status_code == 400 and error["param"] == "input.0.message.content", error
+    assert "valid string" in error["message"] and "valid list" in error["message"]
+    assert "str" not in error["param"].split(".")
+
+
+def test_context_errors_name_the_responses_fields() -> None:
+    s = Served(StandIn(), n_ctx=100)
+    try:
+        long = httpx.post(f"{s.url}/v1/responses", json={"model": "standin", "input": "word " * 200})
+        assert long.status_code == 400 and long.json()["error"]["param"] == "input"
+        capped = {"model": "standin", "input": "hi", "max_output_tokens": 500}
+        over = httpx.post(f"{s.url}/v1/responses", json=capped)
+        assert over.status_code == 400 and over.json()["error"]["param"] == "max_output_tokens"
+        assert "max_output_tokens = 500" in over.json()["error"]["message"]
+    finally:
+        s.stop()

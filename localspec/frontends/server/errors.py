@@ -62,6 +62,15 @@ class BodyRefused(HTTPException):
         self.error = error
 
 
+_BRANCHES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _loc(err: Any) -> list[str]:
+    """Where a validation error is, as a client names it: pydantic's labels of a union's branches left out."""
+    parts = [str(part) for part in err.get("loc", ()) if part != "body"]
+    return [p for p in parts if "[" not in p and p not in _BRANCHES]
+
+
 def install(app: FastAPI, say: Callable[[str], None]) -> None:
     """Answer ApiError and request validation errors as OpenAI-shaped JSON, with an access-log line."""
 
@@ -72,13 +81,16 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
-        err = e.errors()[0] if e.errors() else {}
-        loc = [str(part) for part in err.get("loc", ()) if part != "body"]
+        errors = e.errors()
+        loc = max((_loc(err) for err in errors), key=len, default=[])  # the branch of a union that got furthest
+        deepest = [err for err in errors if _loc(err) == loc] or [{}]
+        err = deepest[0]
         if err.get("type") == "json_invalid" or (not loc and err.get("type") not in ("missing", "value_error")):
             error = ApiError(400, "the request body is not valid JSON", code="invalid_json")
         else:
             param = ".".join(loc) or None
-            message = str(err.get("msg", "invalid request")).removeprefix("Value error, ")
+            said = [str(d.get("msg", "invalid request")).removeprefix("Value error, ") for d in deepest]
+            message = ", or ".join(dict.fromkeys(said))  # what each branch wanted there
             error = ApiError(400, f"{param}: {message}" if param else message, param=param)
         return await _api_error(request, error)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -215,6 +215,8 @@ class TextOptions(BaseModel):
 
 
 class ResponsesRequest(Common):
+    PROMPT_FIELD: ClassVar[str] = "input"
+    LENGTH_FIELD: ClassVar[str] = "max_output_tokens"
     """A Responses API request. Accepted and not acted on: `store` (nothing is stored), `reasoning`, `include`,
     `prompt_cache_key` (the target's cache keeps the longest common prefix anyway), `client_metadata`,
     `metadata`, `truncation`, `user`, `service_tier`."""

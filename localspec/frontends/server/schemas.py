@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -129,6 +129,9 @@ class Common(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     model: str
+    # the fields a refusal names: where the prompt is, and the cap on the answer's length
+    PROMPT_FIELD: ClassVar[str] = "messages"
+    LENGTH_FIELD: ClassVar[str] = "max_tokens"
 
     @model_validator(mode="before")
     @classmethod
@@ -241,6 +244,7 @@ class ChatRequest(RequestBase):
 
 
 class CompletionRequest(RequestBase):
+    PROMPT_FIELD: ClassVar[str] = "prompt"
     prompt: str | list[str]
     suffix: str | None = None  # fill-in-the-middle
     logprobs: Annotated[int | None, Field(ge=0, le=MAX_LOGPROBS)] = None  # alternatives per token

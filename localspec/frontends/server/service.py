@@ -56,9 +56,9 @@ class Service:
                     **req.options(),
                 )
             except ContextFull as e:
-                raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
+                raise ApiError(400, str(e), param=req.PROMPT_FIELD, code="context_length_exceeded") from None
             except LocalspecError as e:  # an empty prompt, tools or a suffix the model cannot take
-                raise ApiError(400, str(e), param=e.param if isinstance(e, Unsupported) else "prompt") from None
+                raise ApiError(400, str(e), param=e.param if isinstance(e, Unsupported) else req.PROMPT_FIELD) from None
             except ValueError as e:  # a setting LocalSpec.generate refuses: "name: why"
                 raise ApiError(400, str(e), param=str(e).split(":")[0]) from None
 
@@ -133,7 +133,7 @@ class Service:
         (OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
         spec, n_ctx, prediction = self.spec, self.spec.n_ctx, req.prediction
         options, raw = req.options(), isinstance(req, CompletionRequest)
-        where = "prompt" if raw else "messages"
+        where = req.PROMPT_FIELD
 
         def count() -> tuple[int, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
             predicted = len(spec.tokenize(prediction.text())) if prediction else 0
@@ -158,8 +158,8 @@ class Service:
             raise ApiError(
                 400,
                 f"the context holds {n_ctx} tokens: {n_prompt} in the prompt leave {room} for the answer, "
-                f"not max_tokens = {max_tokens}",
-                param="max_tokens",
+                f"not {req.LENGTH_FIELD} = {max_tokens}",
+                param=req.LENGTH_FIELD,
                 code="context_length_exceeded",
             )
         if n_predicted > room:
