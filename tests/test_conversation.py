@@ -164,3 +164,25 @@ def test_a_saved_message_without_text_or_nested_without_end_loads_or_is_refused_
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000)
     assert "is not a saved localspec conversation" in drive(_conv(), f"/load {deep}\r/exit\r")
+
+
+def test_a_thousand_turn_conversation_resumes_with_a_dozen_renderings(tmp_path: Path) -> None:
+    saved = tmp_path / "long.json"
+    turns = [{"role": r, "content": f"turn {i} " + "word " * 20} for i in range(500) for r in ("user", "assistant")]
+    saved.write_text(json.dumps({"version": 1, "messages": turns}))
+    conv = _conv(n_ctx=4096)
+    rendered = 0
+    tokens = conv.spec.tokens
+
+    def counted(*a: Any, **k: Any) -> list[int]:
+        nonlocal rendered
+        rendered += 1
+        return tokens(*a, **k)
+
+    conv.spec.tokens = counted  # type: ignore[method-assign]
+    conv.load(saved)
+    assert rendered <= 16 and len(conv.messages) == 1000
+    window = conv.window
+    assert window[0]["role"] == "user" and len(conv._rendered(window)) + conv._room <= 2048  # half the context
+    longer = conv.messages[conv.start - 2 :]
+    assert len(conv._rendered(longer)) + conv._room > 2048  # and as many turns as fit there

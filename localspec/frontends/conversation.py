@@ -160,19 +160,27 @@ class Conversation:
     def _slide(self, after: list[Message]) -> list[Message]:
         """Move the window's start past the oldest turns until it and `after` fit with room to answer, and say
         so; once it must move, it moves down to half the context, so the re-decoding of the turns it keeps
-        (their cache positions shift) happens once every few turns rather than at every turn."""
-        n_ctx, left = self.spec.n_ctx, 0
-        limit = n_ctx
-        while self.window and len(self._rendered([*self.window, *after])) + self._room > limit:
-            limit = n_ctx // 2
-            window = self.window
-            self.start += next((i for i, m in enumerate(window[1:], 1) if m["role"] == "user"), len(window))
-            left += 1
-        if left:
-            self.notices.append(
-                f"context full: the {left} oldest turn{'s are' if left > 1 else ' is'} left out of what the model "
-                "sees (the conversation and its file keep every turn; the system prompt stays)"
-            )
+        (their cache positions shift) happens once every few turns rather than at every turn. The start is found
+        by halving among the turns (a resumed conversation of a thousand turns renders a dozen times, not a
+        thousand)."""
+        n_ctx, messages = self.spec.n_ctx, self.messages
+
+        def fits(start: int, limit: int) -> bool:
+            return len(self._rendered([*messages[start:], *after])) + self._room <= limit
+
+        if not self.window or fits(self.start, n_ctx):
+            return self.window
+        # where it may start: each later user turn, then nowhere (an empty window always does)
+        starts = [i for i in range(self.start + 1, len(messages)) if messages[i]["role"] == "user"] + [len(messages)]
+        lo, hi = 0, len(starts) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(starts[mid], n_ctx // 2) else (mid + 1, hi)
+        self.start, left = starts[lo], lo + 1
+        self.notices.append(
+            f"context full: the {left} oldest turn{'s are' if left > 1 else ' is'} left out of what the model "
+            "sees (the conversation and its file keep every turn; the system prompt stays)"
+        )
         return self.window
 
     def reply(self, text: str) -> Generator[Piece, None, None]:
