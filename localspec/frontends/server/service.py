@@ -108,7 +108,7 @@ class Service:
             st = served.stats
             self.say(
                 f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
-                f"tokens, first token {served.first_token:.2f} s, {st.tokens_per_second or 0:.1f} tok/s, "
+                f"tokens ({st.cached_tokens} cached), first token {served.first_token:.2f} s, {st.tokens_per_second or 0:.1f} tok/s, "
                 f"{st.accepted}/{st.drafted} drafts accepted, {st.finish_reason}"
                 + (f", prompt {prompt!r}" if self.log_prompts else "")
             )
