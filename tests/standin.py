@@ -4,6 +4,7 @@ over it, served by uvicorn on a free local port (`Served`)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -64,9 +65,10 @@ class StandIn:
     def tokenize(self, text: str) -> list[int]:
         return [1] * len(text.split())
 
-    def tokens(self, prompt: Any, **_: Any) -> list[int]:
+    def tokens(self, prompt: Any, *, tools: Any = None, **_: Any) -> list[int]:
+        """A word a token, the tools' descriptions counted as the chat template renders them."""
         text = prompt if isinstance(prompt, str) else " ".join(str(m.get("content")) for m in prompt)
-        return [1] * (len(text.split()) + 4)
+        return [1] * (len(text.split()) + len(json.dumps(tools).split() if tools else ()) + 4)
 
     def piece(self, token: int) -> bytes:
         return b"word "
@@ -74,7 +76,7 @@ class StandIn:
     def generate(
         self, prompt: Any, *, max_tokens: int, seed: int | None = None, tools: Any = None, **_: Any
     ) -> Generation:
-        request = Request(tuple(self.tokens(prompt)), max_tokens, seed=seed or 0)
+        request = Request(tuple(self.tokens(prompt, tools=tools)), max_tokens, seed=seed or 0)
         names = [t["function"]["name"] for t in tools or []]
         return Generation(self._engine, request, names)  # type: ignore[arg-type]
 

@@ -1,12 +1,16 @@
-"""Small things clients meet, model-free (the stand-in answers): HEAD /health, a key that is not ASCII, and
-tool_choice "required" with no tools."""
+"""Small things clients meet, model-free (the stand-in answers): HEAD /health, a key that is not ASCII,
+tool_choice "required" with no tools, errors named as clients name fields, and hostile JSON anywhere in a body."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from standin import Served, StandIn
 
 KEY = "clé-ключ-鍵"
@@ -65,5 +69,67 @@ def test_context_errors_name_the_responses_fields() -> None:
         over = httpx.post(f"{s.url}/v1/responses", json=capped)
         assert over.status_code == 400 and over.json()["error"]["param"] == "max_output_tokens"
         assert "max_output_tokens = 500" in over.json()["error"]["message"]
+        tool = {"type": "function", "function": {"name": "f", "description": "word " * 200}}
+        chat = {"model": "standin", "messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
+        described = httpx.post(f"{s.url}/v1/chat/completions", json=chat)  # the tools count toward the context
+        assert described.status_code == 400 and described.json()["error"]["code"] == "context_length_exceeded"
     finally:
         s.stop()
+
+
+BASES = {
+    "/v1/chat/completions": {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+    },
+    "/v1/completions": {"prompt": "hi", "max_tokens": 2},
+    "/v1/responses": {
+        "input": [{"type": "message", "role": "user", "content": "hi"}],
+        "max_output_tokens": 16,
+        "metadata": {"k": "v"},
+        "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+    },
+}
+HOLE = "__hostile__"
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a body a value sits."""
+    if isinstance(value, dict):
+        return [path] + [p for k, v in value.items() for p in _leaves(v, (*path, k))]
+    if isinstance(value, list):
+        return [path] + [p for i, v in enumerate(value) for p in _leaves(v, (*path, i))]
+    return [path]
+
+
+def _with_hole(value: Any, path: tuple[Any, ...]) -> Any:
+    if not path:
+        return HOLE
+    copy = value.copy()
+    copy[path[0]] = _with_hole(value[path[0]], path[1:])
+    return copy
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_deep_nesting_and_numbers_json_has_no_name_for_are_400s_anywhere(served: Served, data: st.DataObject) -> None:
+    """A value nested past the limit (arrays or objects, up to 5,000 deep) or a bare NaN/Infinity, put anywhere in
+    a valid body of each endpoint: an OpenAI-shaped 400, and the server healthy after it."""
+    path = data.draw(st.sampled_from(sorted(BASES)))
+    where = data.draw(st.sampled_from(_leaves(BASES[path])[1:]))
+    depth = data.draw(st.integers(129, 5000))
+    hostile = data.draw(
+        st.sampled_from(
+            ["[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth, "NaN", "Infinity", "-Infinity"]
+        )
+    )
+    body = json.dumps({"model": "standin", **_with_hole(BASES[path], where)}).replace(f'"{HOLE}"', hostile)
+    answer = httpx.post(
+        f"{served.url}{path}", content=body, headers={**AUTH, b"Content-Type": b"application/json"}, timeout=30
+    )
+    assert answer.status_code == 400, (where, hostile[:20], answer.text[:300])
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert httpx.head(f"{served.url}/health").status_code == 200

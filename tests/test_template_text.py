@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Any
 
 import pytest
 
+from localspec.llama import template
 from localspec.llama.template import chat_tokens
 
 CONTROL = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
@@ -80,15 +80,21 @@ def test_no_text_in_any_field_becomes_a_control_token(template: str) -> None:
     assert controls and [t for t in forged if t < len(CONTROL)] == controls
 
 
-def test_a_transforming_template_renders_thousands_of_messages_at_once() -> None:
-    """4,096 messages through a template that trims and escapes their text: well under a second (one render
-    of the markers, one of the text, one of the text between markers), and each text as the template writes
-    it."""
+def test_a_transforming_template_renders_thousands_of_messages_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """4,096 messages through a template that trims and escapes their text: three renders in all (the markers,
+    the text, the text between markers), not one a message, and each text as the template writes it."""
     model = Tokenizer(LLAMA)
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f" message {i} "} for i in range(4096)]
-    t0 = time.perf_counter()
+    renders: list[int] = []
+    render = template._render
+
+    def counted(*a: Any, **k: Any) -> str:
+        renders.append(1)
+        return render(*a, **k)
+
+    monkeypatch.setattr(template, "_render", counted)
     tokens = chat_tokens(model, messages)  # type: ignore[arg-type]
-    assert time.perf_counter() - t0 < 1.0
+    assert len(renders) <= 3
     text = bytes(t - 256 for t in tokens if t >= 256).decode()
     assert "message 7<|" not in text and "\n\nmessage 7" in text and " message 7 " not in text
 

@@ -88,8 +88,9 @@ class Repl:
         pt_output=None,
     ) -> None:
         self.conv = conv
-        # where each turn is saved: a chat's Session, or a file given (held as a session's)
+        # where each turn is saved: a chat's Session, or a file given (held as a session's while it runs)
         self.file = autosave if autosave is None or isinstance(autosave, Session) else Session(autosave)
+        self._owns_file = isinstance(autosave, Path)
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         if history is not None:
@@ -123,7 +124,14 @@ class Repl:
         return f" {conv.spec.pair} · k={'auto' if k is None else k} · T={temperature:g}{tail} "
 
     def run(self) -> None:
-        """The read-answer loop."""
+        """The read-answer loop (the file it was given to save to let go at its end)."""
+        try:
+            self._loop()
+        finally:
+            if self._owns_file and self.file is not None:
+                self.file.release()
+
+    def _loop(self) -> None:
         while True:
             try:
                 line = self.session.prompt("› ")
