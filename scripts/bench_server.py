@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,28 +32,8 @@ import httpx
 
 from localspec.frontends.bench_prompts import BUILTIN_PROMPTS
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(*args: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "localspec", "serve", "--port", str(port), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    raise SystemExit("a server did not come up")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stall_check import serve
 
 
 def _ask(url: str, prompt: str, max_tokens: int, prediction: str | None) -> dict[str, object]:
@@ -92,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     task = next(p for p in BUILTIN_PROMPTS if p["task"] == "edit-bugfix")["prompt"]
     common = ["--model-alias", "localspec", "--ctx", "4096"]
-    (spec_proc, spec_url), (alone_proc, alone_url) = _start(*common), _start(*common, "--no-draft")
+    (spec_proc, spec_url), (alone_proc, alone_url) = serve(*common), serve(*common, "--no-draft")
     rows: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):

@@ -20,33 +20,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, os.path.dirname(__file__))
-from stall_check import free_port
+from stall_check import serve
 
 MODEL = "qwen2.5-coder-1.5b-instruct"
 QUESTIONS = ("What is 2+2? Answer with the number only.", "What is the capital of France? One word.")
 
 
-def serve(flags: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "localspec", "serve", "--port", str(port), *flags]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(log, "ab"))  # noqa: SIM115
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc, port
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    raise SystemExit("the server did not start")
-
-
-def codex_exec(codex: str, home: Path, port: int, question: str, workdir: Path) -> float:
+def codex_exec(codex: str, home: Path, url: str, question: str, workdir: Path) -> float:
     (home / "config.toml").write_text(
         f'model = "{MODEL}"\nmodel_provider = "localspec"\n[model_providers.localspec]\nname = "localspec"\n'
-        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\n'
+        f'base_url = "{url}/v1"\nwire_api = "responses"\n'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")} | {"CODEX_HOME": str(home)}
     t0 = time.perf_counter()
@@ -75,8 +59,8 @@ def main() -> None:
     work.mkdir()
     walls = []
     for question in QUESTIONS:  # each in a server of its own: the second after a restart
-        proc, port = serve(flags, env, log)
-        walls.append(codex_exec(opts.codex, home, port, question, work))
+        proc, url = serve(*flags, env=env, log=log)
+        walls.append(codex_exec(opts.codex, home, url, question, work))
         proc.terminate()
         proc.wait(timeout=300)
     pattern = re.compile(r"POST /v1/responses 200 (\d+)\+(\d+) tokens(?: \((\d+) cached\))?, first token ([\d.]+) s")

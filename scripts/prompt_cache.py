@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
-import httpx
 import openai
 
 sys.path.insert(0, os.path.dirname(__file__))
-from stall_check import free_port
+from stall_check import serve
 
 CODE = "Write a Python class for an LRU cache with get, put, a capacity and a docstring for each method. Code only."
 
@@ -39,17 +37,8 @@ def system_prompt(tokens: int, topic: str) -> str:
 
 class Server:
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "localspec", "serve", "--port", str(self.port), *args]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="x", timeout=3600)
+        self.proc, url = serve(*args, env=env)
+        self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", timeout=3600)
         self.model = self.client.models.list().data[0].id
 
     def ask(self, messages: list[Any], max_tokens: int) -> tuple[dict[str, Any], str]:

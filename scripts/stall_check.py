@@ -50,6 +50,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def serve(
+    *args: str, env: dict[str, str] | None = None, log: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`localspec serve ARGS` on a free port, once its /health answers: the process and its base URL (its stderr
+    appended to `log`, else dropped)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "localspec", "serve", "--port", str(port), *args]
+    err = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - the server's for its life
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    url = f"http://127.0.0.1:{port}"
+    until(lambda: server.poll() is not None or _up(url), 600)
+    if server.poll() is not None:
+        raise SystemExit(f"localspec serve {' '.join(args)} ended with {server.returncode}")
+    return server, url
+
+
 def raw(port: int, data: bytes, rcvbuf: int | None = None) -> socket.socket:
     """A client socket that sent `data` (a receive buffer of `rcvbuf` bytes: a client that reads little)."""
     sock = socket.socket()
@@ -89,14 +105,11 @@ def main() -> None:
     parser.add_argument("--client-timeout", type=float, default=5.0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    port, log = free_port(), Path(tempfile.mkdtemp()) / "serve.log"
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "localspec", "serve", "--port", str(port), "--ctx", "4096"]
-    cmd += ["--client-timeout", str(args.client_timeout), "--max-connections", "512"]
-    with open(log, "wb") as out:
-        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=out)
+    log = Path(tempfile.mkdtemp()) / "serve.log"
+    flags = ["--ctx", "4096", "--client-timeout", str(args.client_timeout), "--max-connections", "512"]
+    server, url = serve(*flags, log=log)
+    port = int(url.rsplit(":", 1)[1])
     try:
-        until(lambda: _up(url), 300)
         health = lambda: httpx.get(f"{url}/health", timeout=10).json()  # noqa: E731
         t0 = time.perf_counter()
         httpx.post(f"{url}/v1/chat/completions", json=NORMAL, timeout=300).raise_for_status()
