@@ -10,7 +10,7 @@ then one command on the GPU machine, with gpu-bundle/ copied beside the checkout
 
 `run` writes random-weight twins of the default pair (the real headers: shapes, quantization types and
 vocabulary; a decode's cost does not depend on the values), calibrates them as localspec does (verify cost
-for 1..64 tokens, the draft token and its catch-up, `model_can_win`), runs the default against `--no-draft`
+for 1..64 tokens, the draft token and its catch-up, the draft model's verdict), runs the default against `--no-draft`
 (greedy; outputs compared by the near-tie rule), replays the recorded answers (scripts/replay.py) against the
 measured curve for the copier's predicted speedups, and writes one table to --out (gpu-table.md, .json).
 Everything but the CUDA build runs on a CPU too (`run --gpu-layers 0`, tested in tests/test_gpu_check.py).

@@ -147,7 +147,7 @@ def test_a_fill_in_the_middle_is_known_by_its_suffix_or_its_tokens(target_path: 
     """The copier trusts the context less in a middle (new code beside it) than in an answer that rewrites it:
     the API says which it is, from a suffix or from the model's own FIM tokens in a raw prompt."""
     spec = LocalSpec.load(str(target_path), draft="copier", ctx=2048)
-    copier = spec.engine.drafter("copier")
+    copier = next(d for d in spec.engine.drafters if d.name == "copier")
     assert isinstance(copier, Copier)
     cases: list[tuple[str, dict[str, Any], bool]] = [
         ("def double(x):\n", {"suffix": "\nprint(double(2))\n"}, True),

@@ -149,7 +149,7 @@ def test_ngram_drafting_keeps_greedy_output(target, text, k) -> None:
     stats = run.stats
     assert_same_tokens(target, prompt, run.tokens, baseline)
     assert stats.accepted >= len(baseline) // 4 and stats.target_passes < 0.8 * len(baseline)
-    copier = engine.drafter("copier")
+    copier = next(d for d in engine.drafters if d.name == "copier")
     assert isinstance(copier, Copier) and copier.join_lines == (text is QUOTE)
 
 

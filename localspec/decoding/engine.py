@@ -96,10 +96,6 @@ class Engine:
         """The generation of `request`, run as it is iterated (one at a time: the target's cache is shared)."""
         return Run(self, request)
 
-    def drafter(self, name: str) -> Drafter | None:
-        """The drafter registered under `name`, if any."""
-        return next((d for d in self.drafters if d.name == name), None)
-
 
 class Run:
     """One generation: iterate it (once) for Pieces. It owns its sampling stream, grammar, drafters and

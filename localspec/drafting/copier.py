@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -194,7 +194,6 @@ class Copier(Drafter):
     """
 
     name = "copier"
-    max_k: ClassVar[int] = 64
 
     def __init__(
         self,

@@ -21,7 +21,6 @@ class ForcedDrafter(Drafter):
     """Proposes the tokens the generation's grammar forces from here."""
 
     name = "forced"
-    max_k: ClassVar[int] = 64
     certain: ClassVar[bool] = True
 
     def __init__(self, constraint: Constraint) -> None:

@@ -9,7 +9,6 @@ on the prediction after the edit, as it does on the prompt.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Drafter, Offer, Verdict
@@ -28,7 +27,6 @@ class PredictionDrafter(Drafter):
     """
 
     name = "prediction"
-    max_k: ClassVar[int] = 64
 
     def __init__(self, prediction: list[int], join: LineJoin | None = None) -> None:
         self.prediction = list(prediction)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 
@@ -92,7 +91,6 @@ class Recall(Drafter):
     """Follows an earlier answer the output repeats (see the module docstring)."""
 
     name = "recall"
-    max_k: ClassVar[int] = 64
 
     def __init__(self, store: AnswerStore) -> None:
         self.store = store

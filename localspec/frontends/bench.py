@@ -64,21 +64,24 @@ def load_prompts(path: Path | None) -> list[dict[str, Any]]:
         raise LocalspecError(f'{path}: each line must be a JSON object with a "prompt"') from None
 
 
+def _expected(alpha: float, k: float) -> float:
+    """Tokens a round emits when each of k draft tokens holds with probability alpha: (1 - a^(k+1)) / (1 - a)."""
+    return k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
 def ideal_speedup(alpha: float | None, k: float, c: float) -> float | None:
     """The paper's (1 - a^(k+1)) / ((1 - a)(k c + 1)); its verify cost is one target step at any k."""
     if alpha is None or k == 0:
         return None
-    expected = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected / (k * c + 1)
+    return _expected(alpha, k) / (k * c + 1)
 
 
 def measured_ideal(alpha: float | None, k: float, c: float, cost: CostModel) -> float | None:
     """The same expectation priced with this machine's measured verify cost of k + 1 tokens."""
     if alpha is None or k == 0:
         return None
-    expected = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
     t1 = cost.verify_cost(1)
-    return expected * t1 / (k * c * t1 + cost.verify_cost(round(k) + 1))
+    return _expected(alpha, k) * t1 / (k * c * t1 + cost.verify_cost(round(k) + 1))
 
 
 @dataclass

@@ -48,8 +48,8 @@ def _flag(*names: str, help: str) -> Any:
 
 # The options of every command that loads the pair and samples (generate, chat, serve), made once.
 _RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "target": (_opt("target"), None),
-    "draft": (_opt("draft"), "auto"),
+    "target": (_opt("target"), SETTINGS["target"].default),
+    "draft": (_opt("draft"), SETTINGS["draft"].default),
     "no_draft": (_flag("--no-draft", help="Run the target alone through the same sampler (the baseline)."), False),
     "no_copier": (_flag("--no-copier", "--no-ngram", help="Draft with the draft model only: no copier."), False),
     **{

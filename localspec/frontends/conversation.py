@@ -84,9 +84,8 @@ def _hold(path: Path) -> FileLock | None:
 
 
 def saved_sessions() -> list[Path]:
-    """The saved conversations, newest first (with the one file earlier versions kept, last-chat.json)."""
-    files = [*sessions_dir().glob("*.json"), *[p for p in [data_dir() / "last-chat.json"] if p.is_file()]]
-    return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
+    """The saved conversations, newest first."""
+    return sorted(sessions_dir().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
 
 
 def find_session(name: str) -> Path:

@@ -35,7 +35,7 @@ class Service:
     ) -> None:
         self.spec, self.model_id, self.worker, self.log_prompts, self.say = spec, model_id, worker, log_prompts, say
 
-    def _begin(self, prompt: Any, req: Common, max_tokens: int | None) -> Callable[[], Generation]:
+    def _begin(self, prompt: Any, req: Common, max_tokens: int) -> Callable[[], Generation]:
         """What the worker runs first: the generation set up (tokenized, checked), not yet decoding."""
         spec = self.spec
 
@@ -44,7 +44,7 @@ class Service:
                 return spec.generate(  # settings the request leaves out (None) are the server's
                     prompt,
                     raw=isinstance(req, CompletionRequest),
-                    max_tokens=max_tokens or spec.n_ctx,
+                    max_tokens=max_tokens,
                     stop=req.stops(),
                     temperature=req.temperature,
                     top_k=req.top_k,
