@@ -293,7 +293,9 @@ SETTINGS: dict[str, Setting] = {
             "regenerated reply, an agent's repeated step) comes sooner.",
             ("--recall",),
         ),
-        # the server's own limits (serve only)
+        # the server's own (serve only)
+        Setting("host", str, "127.0.0.1", "Address to listen on (0.0.0.0 for every interface).", ("--host",)),
+        Setting("port", int, 8080, "Port to listen on (0: any free port).", ("--port",), 0, 65535),
         Setting(
             "max_queue",
             int,

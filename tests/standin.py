@@ -21,6 +21,7 @@ from localspec.core.stats import Piece, Stats
 from localspec.decoding.engine import Request
 from localspec.frontends.server.app import create_app
 from localspec.frontends.server.run import server_config
+from localspec.frontends.server.settings import ServerSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from stall_check import free_port
@@ -107,16 +108,15 @@ class Served:
             spec.n_ctx = n_ctx
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(
-            spec,  # type: ignore[arg-type]
-            model_id="standin",
+        settings = ServerSettings(
+            port=self.port,
             api_key=api_key,
             max_queue=max_queue,
-            body_seconds=timeout,
-            stall_seconds=timeout,
-            log=self.log.append,
+            max_connections=max_connections,
+            client_timeout=timeout,
         )
-        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, timeout, max_connections))
+        app = create_app(spec, settings, model_id="standin", log=self.log.append)  # type: ignore[arg-type]
+        self.server = uvicorn.Server(server_config(app, settings))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         until(lambda: self.server.started, "the server to start")

@@ -12,7 +12,7 @@ import openai
 import pytest
 from standin import Served, StandIn
 
-from localspec.frontends.server.responses_api import ResponsesRequest
+from localspec.frontends.server.responses import ResponsesRequest
 
 WEATHER = {
     "type": "function",

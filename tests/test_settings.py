@@ -169,8 +169,9 @@ def test_every_default_is_the_settings_tables() -> None:
             if p.name in SETTINGS:
                 assert p.default == default(p.name, name), (name, p.name, p.default)
     from localspec.frontends.conversation import Conversation
-    from localspec.frontends.server.app import create_app
+    from localspec.frontends.server.settings import ServerSettings
 
     assert Conversation.__dataclass_fields__["max_tokens"].default == default("max_tokens", "chat")
-    server = inspect.signature(create_app).parameters
-    assert server["max_queue"].default == default("max_queue") and server["max_body"].default == default("max_body")
+    server = ServerSettings()
+    for name in ("host", "port", "max_queue", "max_connections", "client_timeout", "max_body"):
+        assert getattr(server, name) == default(name), name

@@ -323,10 +323,8 @@ def _stopped(signum: int, frame: object) -> None:
 @run_options
 def serve(
     cfg: RunConfig,
-    host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (0.0.0.0 for every interface).")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port).")] = 8080,
+    host: Annotated[str, _option("host")] = default("host"),
+    port: Annotated[int, _option("port")] = default("port"),
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -358,21 +356,22 @@ def serve(
 ) -> None:
     """Serve an OpenAI-compatible API (chat and text completions, responses, streaming, Predicted Outputs)."""
     from localspec.frontends.server.run import serve_forever
+    from localspec.frontends.server.settings import ServerSettings
 
-    serve_forever(
-        cfg,
+    settings = ServerSettings(
         host=host,
         port=port,
         api_key=api_key,
         model_alias=model_alias,
-        max_queue=max_queue,
         log_prompts=log_prompts,
-        allow_host=allow_host or [],
-        cors=cors or [],
-        max_body=max_body,
-        client_timeout=client_timeout,
+        allow_host=tuple(allow_host or ()),
+        cors=tuple(cors or ()),
+        max_queue=max_queue,
         max_connections=max_connections,
+        client_timeout=client_timeout,
+        max_body=max_body,
     )
+    serve_forever(cfg, settings)
 
 
 @app.command()

@@ -7,14 +7,17 @@ server-sent-event streaming and an OpenAPI schema (/docs) for free.
 One pair serves one generation at a time: requests wait in arrival order in a bounded queue (503
 with Retry-After beyond it). Every call into llama.cpp runs on one worker thread, so a client that
 disconnects mid-stream stops its generation at the next round and the next request starts at once.
-A request that shares a prefix with the cached context (the next turn of a chat, the same system
-prompt) decodes only what is new: the target's cache keeps the longest common prefix.
+A request that shares a prefix with one served before (the next turn of a chat, the same system
+prompt, after a restart too) decodes only what is new: the prompt cache keeps the states of several prefixes.
 
-The package: errors (OpenAI's error shape), schemas (request bodies), guard (hosts, keys, body limits,
-admission), http (the connection's header timeout), worker (the queue, the llama thread, the bounded buffer
-between a generation and its client), shapes (how an endpoint answers: chat and text completions' chunks and
-usage), responses_api (OpenAI's Responses API: its request read as a chat, its output items and events), service
-(a request turned into a generation), app (the routes) and run (uvicorn with its limits).
+The package: one module an endpoint, each with its request, its answer's shape and its route (chat:
+chat completions; completions: text completions and fill-in-the-middle; responses: OpenAI's Responses API, its
+input items read as a chat, its output items and events), what they share (schemas: the common request fields
+and checks; shapes: the Shape protocol, chunks, usage), settings (ServerSettings: where it listens, whom it
+answers, its limits), errors (OpenAI's error shape), guard (hosts, keys, body limits, admission), http (the
+connection's timeouts and cap), worker (the queue, the llama thread, the bounded buffer between a generation and
+its client), service (a request turned into a generation, answered whole or streamed), app (the routes wired)
+and run (uvicorn with its limits).
 """
 
 from localspec.frontends.server.app import create_app

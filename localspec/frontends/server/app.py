@@ -7,19 +7,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from localspec.api import LocalSpec
-from localspec.frontends.server import errors
+from localspec.frontends.server import chat, completions, errors, responses
 from localspec.frontends.server.errors import ApiError
-from localspec.frontends.server.guard import LOOPBACK, Guard
-from localspec.frontends.server.responses_api import ResponsesRequest, ResponsesShape
-from localspec.frontends.server.schemas import ChatRequest, CompletionRequest
+from localspec.frontends.server.guard import Guard, allowed_hosts
 from localspec.frontends.server.service import Service
-from localspec.frontends.server.shapes import Completions
+from localspec.frontends.server.settings import ServerSettings
 from localspec.frontends.server.worker import Worker
-from localspec.settings import default
 
 SUPPORTED = [
     "max_tokens",
@@ -45,40 +42,26 @@ SUPPORTED = [
 
 
 def create_app(
-    spec: LocalSpec,
-    *,
-    model_id: str,
-    api_key: str | None = None,
-    max_queue: int = default("max_queue"),
-    log_prompts: bool = False,
-    log: Callable[[str], None] | None = None,
-    hosts: frozenset[str] | None = LOOPBACK,
-    cors: frozenset[str] = frozenset(),
-    max_body: int = default("max_body"),
-    body_seconds: float = default("client_timeout"),
-    stall_seconds: float = default("client_timeout"),
+    spec: LocalSpec, settings: ServerSettings, *, model_id: str, log: Callable[[str], None] | None = None
 ) -> FastAPI:
-    """The ASGI app serving `spec` under the model id `model_id`.
-
-    `hosts`: the Host names it answers to (None: any); `cors`: web origins allowed to call it from a browser;
-    `max_body`: the largest request body in bytes, `body_seconds` the longest its arrival may take;
-    `stall_seconds`: how long a client may read nothing before its generation is stopped. With `api_key`, every
-    path but /health needs it."""
+    """The ASGI app serving `spec` under the model id `model_id`, as `settings` say (its Host names, key, origins,
+    queue, body and client limits); `log` takes the access log's lines (default: stderr)."""
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    worker = Worker(max_queue, stall_seconds, say)
-    service = Service(spec, model_id, worker, log_prompts, say)
+    worker = Worker(settings.max_queue, settings.client_timeout, say)
+    service = Service(spec, model_id, worker, settings.log_prompts, say)
     created = int(time.time())
     app = FastAPI(title="localspec", version="0.1.0", redoc_url=None)
     errors.install(app, say)
+    cors = frozenset(settings.cors)
     if cors:
         app.add_middleware(CORSMiddleware, allow_origins=sorted(cors), allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(
         Guard,
-        hosts=hosts,
+        hosts=allowed_hosts(settings.host, settings.allow_host, settings.api_key)[0],
         origins=cors,
-        api_key=api_key,
-        max_body=max_body,
-        body_seconds=body_seconds,
+        api_key=settings.api_key,
+        max_body=settings.max_body,
+        body_seconds=settings.client_timeout,
         admit=worker.admit,
         say=say,
     )
@@ -111,24 +94,8 @@ def create_app(
             raise ApiError(404, f"the model '{model}' does not exist here", param="model", code="model_not_found")
         return entry
 
-    @v1.post("/chat/completions")
-    async def chat_completions(request: Request, req: ChatRequest) -> Any:
-        messages = [m.for_template() for m in req.messages]
-        max_tokens = req.max_completion_tokens or req.max_tokens
-        return await service.serve(request, req, Completions(True, model_id, req.include_usage()), messages, max_tokens)
-
-    @v1.post("/completions")
-    async def completions(request: Request, req: CompletionRequest) -> Any:
-        max_tokens = req.max_tokens or 16
-        return await service.serve(
-            request, req, Completions(False, model_id, req.include_usage()), req.text(), max_tokens
-        )
-
-    @v1.post("/responses")
-    async def responses(request: Request, req: ResponsesRequest) -> Any:
-        shape = ResponsesShape(model_id, req)
-        return await service.serve(request, req, shape, req.messages(), req.max_output_tokens)
-
+    for endpoint in (chat, completions, responses):
+        endpoint.add_route(v1, service)
     app.include_router(v1)
     app.state.worker = service.worker
     return app

@@ -132,6 +132,7 @@ class Common(BaseModel):
     # the fields a refusal names: where the prompt is, and the cap on the answer's length
     PROMPT_FIELD: ClassVar[str] = "messages"
     LENGTH_FIELD: ClassVar[str] = "max_tokens"
+    RAW: ClassVar[bool] = False  # whether its prompt is text as it is (not messages through the chat template)
 
     @model_validator(mode="before")
     @classmethod
@@ -214,63 +215,6 @@ class RequestBase(Common):
 
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
-
-
-class ChatRequest(RequestBase):
-    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
-    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
-    logprobs: bool | None = None
-    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
-    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
-
-    def check(self) -> None:
-        """What no single field shows: a named tool that is not among the tools."""
-        self.refuse_unsupported()
-        names = [t.function.name for t in self.tools or []]
-        if isinstance(self.tool_choice, ToolChoiceFunction):
-            check_named_tool(self.tool_choice.function.name, names)
-        elif self.tool_choice == "required":
-            check_named_tool(None, names)
-
-    def options(self) -> dict[str, Any]:
-        """LocalSpec.generate's arguments for what this request asks beyond sampling."""
-        choice = self.tool_choice or "auto"
-        return {
-            "response_format": self.response_format.openai() if self.response_format else None,
-            "tools": [t.model_dump(exclude_none=True) for t in self.tools] if self.tools and choice != "none" else None,
-            "tool_choice": choice if isinstance(choice, str) else choice.model_dump(),
-            "logprobs": (self.top_logprobs or 0) if self.logprobs else None,
-        }
-
-
-class CompletionRequest(RequestBase):
-    PROMPT_FIELD: ClassVar[str] = "prompt"
-    prompt: str | list[str]
-    suffix: str | None = None  # fill-in-the-middle
-    logprobs: Annotated[int | None, Field(ge=0, le=MAX_LOGPROBS)] = None  # alternatives per token
-    echo: bool = False
-
-    def check(self) -> None:
-        self.refuse_unsupported()
-        if self.echo:
-            raise ApiError(400, "localspec does not support 'echo'", param="echo", code="unsupported_parameter")
-
-    def options(self) -> dict[str, Any]:
-        return {
-            "response_format": self.response_format.openai() if self.response_format else None,
-            "logprobs": self.logprobs,
-            "suffix": self.suffix or None,
-        }
-
-    @field_validator("prompt")
-    @classmethod
-    def _one_prompt(cls, v: str | list[str]) -> str | list[str]:
-        if isinstance(v, list) and len(v) != 1:
-            raise ValueError("exactly one prompt per request")
-        return v
-
-    def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
 def check_named_tool(name: str | None, names: list[str]) -> None:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from localspec.api import ContextFull, Generation, LocalSpec, ToolCallStream, prediction_usage
 from localspec.errors import LocalspecError, Unsupported
 from localspec.frontends.server.errors import ApiError
-from localspec.frontends.server.schemas import Common, CompletionRequest
+from localspec.frontends.server.schemas import Common
 from localspec.frontends.server.shapes import Served, Shape
 from localspec.frontends.server.worker import ClientGone, Leave, Sent, Stalled, Worker, watch_disconnect
 
@@ -43,7 +43,7 @@ class Service:
             try:
                 return spec.generate(  # settings the request leaves out (None) are the server's
                     prompt,
-                    raw=isinstance(req, CompletionRequest),
+                    raw=req.RAW,
                     max_tokens=max_tokens,
                     stop=req.stops(),
                     temperature=req.temperature,
@@ -132,7 +132,7 @@ class Service:
         """Refuse, before queueing, what cannot fit the context: the prompt, the prediction, max_tokens
         (OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
         spec, n_ctx, prediction = self.spec, self.spec.n_ctx, req.prediction
-        options, raw = req.options(), isinstance(req, CompletionRequest)
+        options, raw = req.options(), req.RAW
         where = req.PROMPT_FIELD
 
         def count() -> tuple[int, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding

@@ -1,5 +1,5 @@
-"""The answers' shapes: what every endpoint's shape does (`Shape`), chat and text completions' chunks and
-usage."""
+"""The answers' shapes: what every endpoint's shape does (`Shape`), what chat and text completions' chunks
+share (`Chunks`), usage and localspec's figures."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from localspec.api import Stats, TokenLogprob, ToolCall
 from localspec.frontends.server.errors import ApiError
 
-Piece = Callable[[int], bytes]  # a token's bytes
+TokenBytes = Callable[[int], bytes]  # a token's bytes
 
 
 @dataclass
@@ -29,32 +29,10 @@ class Served:
     logprobs: dict[str, Any] | None = None  # in the endpoint's shape
 
 
-def _token(piece: Piece, token: int) -> tuple[str, list[int]]:
+def token_text(piece: TokenBytes, token: int) -> tuple[str, list[int]]:
+    """A token's text (invalid UTF-8 replaced) and its bytes."""
     raw = piece(token)
     return raw.decode("utf-8", "replace"), list(raw)
-
-
-def chat_logprobs(entries: list[TokenLogprob], piece: Piece) -> dict[str, Any]:
-    """Chat completions' logprobs: each token with its bytes and its most likely alternatives."""
-
-    def one(token: int, logprob: float) -> dict[str, Any]:
-        text, raw = _token(piece, token)
-        return {"token": text, "logprob": logprob, "bytes": raw}
-
-    content = [{**one(e.token, e.logprob), "top_logprobs": [one(t, lp) for t, lp in e.top]} for e in entries]
-    return {"content": content, "refusal": None}
-
-
-def completion_logprobs(entries: list[TokenLogprob], piece: Piece, offset: int = 0) -> dict[str, Any]:
-    """Text completions' (legacy) logprobs: parallel lists, alternatives as {token: logprob}."""
-    tokens = [_token(piece, e.token)[0] for e in entries]
-    offsets = [offset + sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
-    return {
-        "tokens": tokens,
-        "token_logprobs": [e.logprob for e in entries],
-        "top_logprobs": [{_token(piece, t)[0]: lp for t, lp in e.top} for e in entries],
-        "text_offset": offsets,
-    }
 
 
 def usage(served: Served) -> dict[str, Any]:
@@ -105,7 +83,7 @@ class Shape(Protocol):
         """Headers the answer carries beside the standard ones."""
         ...
 
-    def logprobs(self, entries: list[TokenLogprob], piece: Piece) -> dict[str, Any] | None:
+    def logprobs(self, entries: list[TokenLogprob], piece: TokenBytes) -> dict[str, Any] | None:
         """The next tokens' log-probabilities in this endpoint's shape."""
         ...
 
@@ -131,64 +109,44 @@ class Shape(Protocol):
 
 
 @dataclass
-class Completions:
-    """Chat completions' or text completions' shapes (`chat`), streamed usage where asked for."""
+class Chunks:
+    """What chat and text completions' shapes share: chunks, usage at the end where asked for, `[DONE]`. A
+    subclass says its objects and what a choice holds."""
 
-    chat: bool
     model: str
     include_usage: bool = False
-    offset: int = 0  # characters whose log-probabilities went out (text completions' text_offset)
-
-    def logprobs(self, entries: list[TokenLogprob], piece: Piece) -> dict[str, Any] | None:
-        if self.chat:
-            return chat_logprobs(entries, piece)
-        out = completion_logprobs(entries, piece, self.offset)
-        self.offset += sum(len(t) for t in out["tokens"])
-        return out
-
-    @property
-    def chunk_object(self) -> str:
-        return "chat.completion.chunk" if self.chat else "text_completion"
+    ID: ClassVar[str] = ""  # the id's prefix ...
+    OBJECT: ClassVar[str] = ""  # ... the whole answer's object, and a chunk's
+    CHUNK: ClassVar[str] = ""
 
     def new_id(self) -> str:
-        return f"{'chatcmpl' if self.chat else 'cmpl'}-{secrets.token_hex(12)}"
+        return f"{self.ID}-{secrets.token_hex(12)}"
 
     def headers(self) -> dict[str, str]:
         return {}
 
-    def chunk(
-        self,
-        rid: str,
-        now: int,
-        text: str | None,
-        finish: str | None,
-        *,
-        role: bool = False,
-        logprobs: dict[str, Any] | None = None,
-        tool_calls: list[dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
-        if self.chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-            if text is not None:
-                delta["content"] = text
-            if tool_calls:
-                delta["tool_calls"] = tool_calls
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
-        return {"id": rid, "object": self.chunk_object, "created": now, "model": self.model, "choices": [choice]}
+    def choice(self, text: str | None, logprobs: dict[str, Any] | None, **delta: Any) -> dict[str, Any]:
+        """A streamed choice's text (or delta) part."""
+        raise NotImplementedError
+
+    def whole(self, served: Served) -> dict[str, Any]:
+        """The whole answer's choice, but its log-probabilities and finish."""
+        raise NotImplementedError
+
+    def chunk(self, rid: str, now: int, choice: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, **choice, "finish_reason": finish}
+        return sse({"id": rid, "object": self.CHUNK, "created": now, "model": self.model, "choices": [choice]})
 
     def opening(self, rid: str, now: int) -> list[bytes]:
-        return [sse(self.chunk(rid, now, None, None, role=True))] if self.chat else []
+        return []
 
     def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
-        return [sse(self.chunk(rid, now, text, None, logprobs=logprobs))] if text or logprobs else []
+        return [self.chunk(rid, now, self.choice(text, logprobs))] if text or logprobs else []
 
     def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
-        out = [sse(self.chunk(rid, now, None, None, tool_calls=d)) for d in call_deltas(served.tool_calls)]
-        out.append(sse(self.chunk(rid, now, None, served.finish_reason)))
+        out = [self.chunk(rid, now, self.choice(None, None), served.finish_reason)]
         if self.include_usage:
-            chunk = {"id": rid, "object": self.chunk_object, "created": now, "model": self.model}
+            chunk = {"id": rid, "object": self.CHUNK, "created": now, "model": self.model}
             out.append(sse({**chunk, "choices": [], "usage": usage(served)}))
         return [*out, sse("[DONE]")]
 
@@ -196,30 +154,12 @@ class Completions:
         return [sse(error.body()), sse("[DONE]")]
 
     def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
-        if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": served.text or None}
-            if served.tool_calls:
-                message["tool_calls"] = [c.openai() for c in served.tool_calls]
-            else:
-                message["content"] = served.text
-            choice: dict[str, Any] = {"index": 0, "message": message}
-        else:
-            choice = {"index": 0, "text": served.text}
-        choice |= {"logprobs": served.logprobs, "finish_reason": served.finish_reason}
+        choice = {"index": 0, **self.whole(served), "logprobs": served.logprobs, "finish_reason": served.finish_reason}
         return {
             "id": rid,
-            "object": "chat.completion" if self.chat else "text_completion",
+            "object": self.OBJECT,
             "created": now,
             "model": self.model,
             "choices": [choice],
             "usage": usage(served),
         }
-
-
-def call_deltas(calls: list[ToolCall]) -> list[list[dict[str, Any]]]:
-    """Streamed tool calls as OpenAI sends them: per call, its id and name, then its arguments."""
-    out = []
-    for i, c in enumerate(calls):
-        out.append([{"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}])
-        out.append([{"index": i, "function": {"arguments": c.arguments}}])
-    return out

@@ -15,6 +15,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from localspec.api import ANY_JSON_OBJECT, TokenLogprob, ToolCall, json_schema_grammar
@@ -29,7 +30,8 @@ from localspec.frontends.server.schemas import (
     ToolCallMessage,
     check_named_tool,
 )
-from localspec.frontends.server.shapes import Piece, Served, figures, sse
+from localspec.frontends.server.service import Service
+from localspec.frontends.server.shapes import Served, TokenBytes, figures, sse
 
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
 MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio"})
@@ -378,7 +380,7 @@ class ResponsesShape:
         skipped = self.request.skipped()
         return {"X-Localspec-Skipped-Tools": ",".join(skipped)} if skipped else {}
 
-    def logprobs(self, entries: list[TokenLogprob], piece: Piece) -> dict[str, Any] | None:
+    def logprobs(self, entries: list[TokenLogprob], piece: TokenBytes) -> dict[str, Any] | None:
         return None
 
     @property
@@ -510,3 +512,10 @@ class ResponsesShape:
         response = self._response(rid, now, "failed", [])
         response["error"] = {"code": "server_error", "message": error.message}
         return [self._event("response.failed", response=response)]
+
+
+def add_route(router: APIRouter, service: Service) -> None:
+    @router.post("/responses")
+    async def responses(request: Request, req: ResponsesRequest) -> Any:
+        shape = ResponsesShape(service.model_id, req)
+        return await service.serve(request, req, shape, req.messages(), req.max_output_tokens)
