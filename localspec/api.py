@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,7 +49,9 @@ __all__ = [
     "Generation",
     "LocalSpec",
     "Message",
+    "Options",
     "Piece",
+    "Prepared",
     "Prompt",
     "RunConfig",
     "SamplerSettings",
@@ -133,6 +135,73 @@ class Generation:
         return list(self._run.tokens)
 
 
+@dataclass(frozen=True)
+class Options:
+    """How one generation runs, each value checked once (ValueError naming it): as it is made, the sampler's
+    overrides as LocalSpec.prepare puts them into the session's sampler. None: the session's.
+
+    `sampler` replaces the session's sampler settings, and `temperature`, `top_k`, `top_p`, `min_p` override single
+    ones of it; `seed` None is the session's seed (a fresh one where it has none); `max_tokens` None is the table's.
+    The sampler settings apply identically to the target and the drafts; a seed makes sampled text repeatable;
+    temperature 0 is greedy. `prediction` is text the answer is expected to repeat (a file being rewritten, say):
+    a draft source, which changes how fast the answer comes, never what it says. `response_format` is OpenAI's
+    ({"type": "json_object"}, or "json_schema" with its schema) and `grammar` a GBNF or Lark grammar: the answer
+    follows it, and what it forces is drafted. `tools` (OpenAI's function tools) are described to the model;
+    `tool_choice` is "auto", "none", "required" or {"type": "function", "function": {"name": ...}} (the last two
+    enforce a valid call). `logprobs` asks for each token's log-probability with that many alternatives (0-20).
+    `suffix` makes a fill-in-the-middle completion of a string prompt. `max_draft` caps the tokens any round
+    drafts (0: the target alone; None: as loaded). `raw` takes a string prompt as it is (no chat template).
+    """
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    sampler: SamplerSettings | None = None
+    stop: Sequence[str] = ()
+    system: str | None = None
+    raw: bool = False
+    prediction: str | None = None
+    response_format: dict[str, Any] | None = None
+    grammar: str | None = None
+    tools: Sequence[dict[str, Any]] | None = None
+    tool_choice: ToolChoice = "auto"
+    logprobs: int | None = None
+    suffix: str | None = None
+    max_draft: int | None = None
+
+    def __post_init__(self) -> None:  # the sampler's overrides are checked where they meet the session's sampler
+        for name in ("max_tokens", "seed"):
+            if (value := getattr(self, name)) is not None:
+                checked(name, value)
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs: at most {MAX_LOGPROBS} alternatives, not {self.logprobs}")
+        if self.max_draft is not None:
+            if isinstance(self.max_draft, bool) or not isinstance(self.max_draft, int):
+                raise ValueError(f"max_draft: a whole number of tokens, not {self.max_draft!r}")
+            checked("max_draft", self.max_draft, "k")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A generation made ready by LocalSpec.prepare: its request (the prompt's tokens, checked against the context;
+    the grammar; the drafters) and the tools its answer may call."""
+
+    request: Request
+    tool_names: tuple[str, ...] = ()
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The prompt's tokens."""
+        return self.request.prompt
+
+    def capped(self, max_tokens: int) -> Prepared:
+        """The same generation with another length cap."""
+        return replace(self, request=replace(self.request, max_tokens=max_tokens))
+
+
 class LocalSpec:
     """A loaded target (and draft) with speculative decoding; generations run one at a time."""
 
@@ -190,88 +259,53 @@ class LocalSpec:
         """The bytes a token of the target's writes (for showing log-probabilities)."""
         return self.engine.target.piece(token)
 
-    def generate(
-        self,
-        prompt: Prompt,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        min_p: float | None = None,
-        seed: int | None = None,
-        sampler: SamplerSettings | None = None,
-        stop: Sequence[str] = (),
-        system: str | None = None,
-        raw: bool = False,
-        prediction: str | None = None,
-        response_format: dict[str, Any] | None = None,
-        grammar: str | None = None,
-        tools: Sequence[dict[str, Any]] | None = None,
-        tool_choice: ToolChoice = "auto",
-        logprobs: int | None = None,
-        suffix: str | None = None,
-        max_draft: int | None = None,
-    ) -> Generation:
-        """Start a generation (it runs as it is iterated). The sampler settings apply identically to the
-        target and the drafts; a seed makes sampled text repeatable; temperature 0 is greedy.
+    def generate(self, prompt: Prompt, **options: Any) -> Generation:
+        """Start a generation (it runs as it is iterated): `prepare(prompt, Options(**options))`, then `run`. The
+        options are Options' fields; a bad one raises ValueError naming it, and a prompt that is empty or does not
+        fit the context raises LocalspecError (ContextFull) here."""
+        return self.run(self.prepare(prompt, Options(**options)))
 
-        Settings not given are the session's (what `LocalSpec.load` was given, else the settings table's):
-        `sampler` replaces the session's sampler settings, and `temperature`, `top_k`, `top_p`, `min_p` override
-        single ones of it; `seed` None is the session's seed (a fresh one where it has none); `max_tokens` None is
-        the table's.
-
-        `prediction` is text the answer is expected to repeat (a file being rewritten, say): a draft
-        source for this generation. It changes how fast the answer comes, never what it says.
-        `response_format` is OpenAI's ({"type": "json_object"}, or "json_schema" with its schema) and
-        `grammar` a GBNF or Lark grammar: the answer follows it, and what it forces is drafted.
-        `tools` (OpenAI's function tools) are described to the model; `tool_choice` is "auto", "none",
-        "required" or {"type": "function", "function": {"name": ...}} (the last two enforce a valid call).
-        `logprobs` asks for each token's log-probability with that many alternatives (0-20).
-        `suffix` makes a fill-in-the-middle completion of a string prompt.
-        `max_draft` caps the tokens any round of this generation drafts (0: the target alone; None: as loaded).
-        A bad setting raises ValueError naming it; a prompt that is empty or does not fit the context
-        raises LocalspecError (ContextFull) here.
-        """
-        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
+    def prepare(self, prompt: Prompt, options: Options | None = None) -> Prepared:
+        """The generation of `prompt` made ready, not started: the prompt tokenized and checked against the context
+        (once: ContextFull where it does not fit), the grammar compiled, the tools checked, the drafters chosen.
+        Settings `options` leave out are the session's."""
+        o, target = options or Options(), self.engine.target
+        given = {"temperature": o.temperature, "top_k": o.top_k, "top_p": o.top_p, "min_p": o.min_p}
         overrides: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
-        sampler = sampler or self.config.sampler
+        sampler = o.sampler or self.config.sampler
         sampler = replace(sampler, **overrides) if overrides else sampler  # new values checked as it is made
-        max_tokens = default("max_tokens") if max_tokens is None else checked("max_tokens", max_tokens)
-        seed = self.config.seed if seed is None else checked("seed", seed)
-        if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-            raise ValueError(f"logprobs: at most {MAX_LOGPROBS} alternatives, not {logprobs}")
-        if max_draft is not None:
-            if isinstance(max_draft, bool) or not isinstance(max_draft, int):
-                raise ValueError(f"max_draft: a whole number of tokens, not {max_draft!r}")
-            checked("max_draft", max_draft, "k")
-        target = self.engine.target
-        calls = _tools_in_use(tools, tool_choice)
-        grammar_text = _grammar(response_format, grammar, calls, tool_choice, target)
-        tokens = self.tokens(prompt, system=system, raw=raw, suffix=suffix, tools=calls)
+        seed = self.config.seed if o.seed is None else o.seed
+        calls = _tools_in_use(o.tools, o.tool_choice)
+        grammar_text = _grammar(o.response_format, o.grammar, calls, o.tool_choice, target)
+        tokens = self.tokens(prompt, system=o.system, raw=o.raw, suffix=o.suffix, tools=calls)
         self.engine.check_prompt(tokens)  # here, not at the first token: a caller can answer before streaming
         constraint = (
             None if grammar_text is None else Constraint(grammar_tokenizer(target), grammar_text, target.n_vocab)
         )
         drafters: list[Drafter] = []
-        if self.engine.k != 0 and max_draft != 0:
-            if prediction:
-                drafters.append(PredictionDrafter(target.tokenize(prediction), LineJoin(target.piece, target.tokenize)))
+        if self.engine.k != 0 and o.max_draft != 0:
+            if o.prediction:
+                join = LineJoin(target.piece, target.tokenize)
+                drafters.append(PredictionDrafter(target.tokenize(o.prediction), join))
             if constraint is not None:
                 drafters.append(ForcedDrafter(constraint))
         request = Request(
             tuple(tokens),
-            max_tokens,
+            default("max_tokens") if o.max_tokens is None else o.max_tokens,
             sampler,
             secrets.randbelow(2**31) if seed is None else seed,
-            tuple(stop),
+            tuple(o.stop),
             tuple(drafters),
             constraint,
-            logprobs,
-            fill=suffix is not None or _fills(target, tokens),
-            max_draft=max_draft,
+            o.logprobs,
+            fill=o.suffix is not None or _fills(target, tokens),
+            max_draft=o.max_draft,
         )
-        return Generation(self.engine, request, [t["function"]["name"] for t in calls])
+        return Prepared(request, tuple(t["function"]["name"] for t in calls))
+
+    def run(self, prepared: Prepared) -> Generation:
+        """Start a prepared generation (it runs as it is iterated; each Prepared runs once)."""
+        return Generation(self.engine, prepared.request, prepared.tool_names)
 
     @property
     def k(self) -> int | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from localspec.api import Generation
+from localspec.api import ContextFull, Generation, Options, Prepared
 from localspec.core.sampling import SamplerSettings
 from localspec.core.stats import Piece, Stats
 from localspec.decoding.engine import Request
@@ -62,24 +62,31 @@ class StandIn:
         self.config = SimpleNamespace(sampler=SamplerSettings(), seed=None)
         self.n_ctx = n_ctx
         self._engine = Engine(piece, pace)
+        self.prepared = self.tokenized = 0  # requests made ready, and prompts tokenized
 
     def tokenize(self, text: str) -> list[int]:
         return [1] * len(text.split())
 
     def tokens(self, prompt: Any, *, tools: Any = None, **_: Any) -> list[int]:
         """A word a token, the tools' descriptions counted as the chat template renders them."""
+        self.tokenized += 1
         text = prompt if isinstance(prompt, str) else " ".join(str(m.get("content")) for m in prompt)
         return [1] * (len(text.split()) + len(json.dumps(tools).split() if tools else ()) + 4)
 
     def piece(self, token: int) -> bytes:
         return b"word "
 
-    def generate(
-        self, prompt: Any, *, max_tokens: int, seed: int | None = None, tools: Any = None, **_: Any
-    ) -> Generation:
-        request = Request(tuple(self.tokens(prompt, tools=tools)), max_tokens, seed=seed or 0)
-        names = [t["function"]["name"] for t in tools or []]
-        return Generation(self._engine, request, names)  # type: ignore[arg-type]
+    def prepare(self, prompt: Any, options: Options) -> Prepared:
+        self.prepared += 1  # what a request costs here: one tokenization, one check of the context
+        tools = options.tools if options.tool_choice != "none" else None
+        tokens = self.tokens(prompt, tools=tools)
+        if len(tokens) >= self.n_ctx:
+            raise ContextFull(f"the prompt is {len(tokens)} tokens and the context holds {self.n_ctx}")
+        request = Request(tuple(tokens), options.max_tokens or 16, seed=options.seed or 0)
+        return Prepared(request, tuple(t["function"]["name"] for t in tools or []))
+
+    def run(self, prepared: Prepared) -> Generation:
+        return Generation(self._engine, prepared.request, prepared.tool_names)  # type: ignore[arg-type]
 
     def check_response_format(self, form: Any) -> None:
         pass
@@ -104,6 +111,7 @@ class Served:
         n_ctx: int | None = None,
     ) -> None:
         self.log: list[str] = []
+        self.spec = spec
         if n_ctx is not None:
             spec.n_ctx = n_ctx
         self.port = free_port()

@@ -133,3 +133,18 @@ def test_deep_nesting_and_numbers_json_has_no_name_for_are_400s_anywhere(served:
     error = answer.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
     assert httpx.head(f"{served.url}/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 3}),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 16, "stream": True}),
+    ],
+)
+def test_a_request_is_prepared_and_tokenized_once(served: Served, path: str, body: dict) -> None:
+    spec = served.spec
+    before = spec.prepared, spec.tokenized
+    assert _post(served, path, body).status_code == 200
+    assert (spec.prepared, spec.tokenized) == (before[0] + 1, before[1] + 1)

@@ -49,9 +49,21 @@ def create_app(
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     worker = Worker(settings.max_queue, settings.client_timeout, say)
     service = Service(spec, model_id, worker, settings.log_prompts, say)
-    created = int(time.time())
     app = FastAPI(title="localspec", version="0.1.0", redoc_url=None)
     errors.install(app, say)
+    _guard(app, settings, worker, say)
+    v1 = APIRouter(prefix="/v1")
+    _describe(app, v1, service)
+    for endpoint in (chat, completions, responses):
+        endpoint.add_route(v1, service)
+    app.include_router(v1)
+    app.state.worker = worker
+    return app
+
+
+def _guard(app: FastAPI, settings: ServerSettings, worker: Worker, say: Callable[[str], None]) -> None:
+    """The middleware every request passes: CORS for the origins allowed, then the guard (hosts, key, bodies,
+    admission to the queue)."""
     cors = frozenset(settings.cors)
     if cors:
         app.add_middleware(CORSMiddleware, allow_origins=sorted(cors), allow_methods=["*"], allow_headers=["*"])
@@ -65,24 +77,26 @@ def create_app(
         admit=worker.admit,
         say=say,
     )
-    v1 = APIRouter(prefix="/v1")
 
-    @app.api_route("/health", methods=["GET", "HEAD"])
-    async def health() -> dict[str, Any]:
-        worker = service.worker
-        return {"status": "ok", "model": model_id, "waiting": worker.waiting, "busy": worker.lock.locked()}
 
+def _describe(app: FastAPI, v1: APIRouter, service: Service) -> None:
+    """GET /health and the models list: what the server serves and how busy it is."""
+    model_id, worker = service.model_id, service.worker
     entry = {
         "id": model_id,
         "object": "model",
-        "created": created,
+        "created": int(time.time()),
         "owned_by": "localspec",
         # what editors and routers read of a model: its context and the parameters it honours (Continue sends
         # `prediction` only to a model that lists it; OpenRouter-style clients and Aider read the context)
-        "context_length": spec.n_ctx,
-        "max_model_len": spec.n_ctx,
+        "context_length": service.spec.n_ctx,
+        "max_model_len": service.spec.n_ctx,
         "supported_parameters": SUPPORTED,
     }
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": model_id, "waiting": worker.waiting, "busy": worker.lock.locked()}
 
     @v1.get("/models")
     async def models() -> dict[str, Any]:
@@ -93,9 +107,3 @@ def create_app(
         if model != model_id:
             raise ApiError(404, f"the model '{model}' does not exist here", param="model", code="model_not_found")
         return entry
-
-    for endpoint in (chat, completions, responses):
-        endpoint.add_route(v1, service)
-    app.include_router(v1)
-    app.state.worker = service.worker
-    return app

@@ -12,7 +12,7 @@ import anyio
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from localspec.api import ContextFull, Generation, LocalSpec, ToolCallStream, prediction_usage
+from localspec.api import ContextFull, Generation, LocalSpec, Options, Prepared, ToolCallStream, prediction_usage
 from localspec.errors import LocalspecError, Unsupported
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.schemas import Common
@@ -35,35 +35,6 @@ class Service:
     ) -> None:
         self.spec, self.model_id, self.worker, self.log_prompts, self.say = spec, model_id, worker, log_prompts, say
 
-    def _begin(self, prompt: Any, req: Common, max_tokens: int) -> Callable[[], Generation]:
-        """What the worker runs first: the generation set up (tokenized, checked), not yet decoding."""
-        spec = self.spec
-
-        def begin() -> Generation:
-            try:
-                return spec.generate(  # settings the request leaves out (None) are the server's
-                    prompt,
-                    raw=req.RAW,
-                    max_tokens=max_tokens,
-                    stop=req.stops(),
-                    temperature=req.temperature,
-                    top_k=req.top_k,
-                    top_p=req.top_p,
-                    min_p=req.min_p,
-                    seed=req.seed,
-                    prediction=req.prediction.text() if req.prediction else None,
-                    max_draft=req.speculative_n_max,
-                    **req.options(),
-                )
-            except ContextFull as e:
-                raise ApiError(400, str(e), param=req.PROMPT_FIELD, code="context_length_exceeded") from None
-            except LocalspecError as e:  # an empty prompt, tools or a suffix the model cannot take
-                raise ApiError(400, str(e), param=e.param if isinstance(e, Unsupported) else req.PROMPT_FIELD) from None
-            except ValueError as e:  # a setting LocalSpec.generate refuses: "name: why"
-                raise ApiError(400, str(e), param=str(e).split(":")[0]) from None
-
-        return begin
-
     async def serve(self, request: Request, req: Common, shape: Shape, prompt: Any, max_tokens: int | None) -> Any:
         """Answer one request: a whole JSON response, or a stream of server-sent events."""
         t0 = time.perf_counter()
@@ -75,11 +46,11 @@ class Service:
                 code="model_not_found",
             )
         req.check()
-        max_tokens = await self._fit(prompt, max_tokens, req)
+        prepared = await self._prepare(prompt, max_tokens, req)
         left = Leave()
         watcher = asyncio.create_task(watch_disconnect(request.receive, left))
         ticket = request.scope.get("state", {}).get("ticket") or self.worker.admit()
-        stream = self.worker.stream(self._begin(prompt, req, max_tokens), left, ticket)
+        stream = self.worker.stream(lambda: self.spec.run(prepared), left, ticket)
         try:
             run = await stream.__anext__()  # waits its turn; errors before decoding are plain 4xx responses
         except ClientGone:
@@ -128,37 +99,42 @@ class Service:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **shape.headers()}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
-    async def _fit(self, prompt: Any, max_tokens: int | None, req: Common) -> int:
-        """Refuse, before queueing, what cannot fit the context: the prompt, the prediction, max_tokens
-        (OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
-        spec, n_ctx, prediction = self.spec, self.spec.n_ctx, req.prediction
-        options, raw = req.options(), req.RAW
-        where = req.PROMPT_FIELD
+    async def _prepare(self, prompt: Any, max_tokens: int | None, req: Common) -> Prepared:
+        """The request made ready (tokenized, its context checked, its grammar compiled: once, before it is queued,
+        on a thread beside the decoding), or refused: what cannot fit the context (the prompt, the prediction,
+        max_tokens: OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
+        spec, n_ctx, prediction, where = self.spec, self.spec.n_ctx, req.prediction, req.PROMPT_FIELD
+        options = Options(  # settings the request leaves out (None) are the server's
+            raw=req.RAW,
+            stop=req.stops(),
+            temperature=req.temperature,
+            top_k=req.top_k,
+            top_p=req.top_p,
+            min_p=req.min_p,
+            seed=req.seed,
+            prediction=prediction.text() if prediction else None,
+            max_draft=req.speculative_n_max,
+            **req.options(),
+        )
 
-        def count() -> tuple[int, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
+        def prepare() -> tuple[Prepared, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
             predicted = len(spec.tokenize(prediction.text())) if prediction else 0
-            tokens = spec.tokens(prompt, raw=raw, suffix=options.get("suffix"), tools=options.get("tools"))
-            return len(tokens), predicted
+            return spec.prepare(prompt, options), predicted
 
         try:
-            n_prompt, n_predicted = await anyio.to_thread.run_sync(count)
-        except LocalspecError as e:  # the chat template refused the messages; the model cannot use tools or a suffix
+            prepared, n_predicted = await anyio.to_thread.run_sync(prepare)
+        except ContextFull as e:
+            raise ApiError(400, str(e), param=where, code="context_length_exceeded") from None
+        except LocalspecError as e:  # an empty prompt; tools, a suffix or a template the model cannot take
             raise ApiError(400, str(e), param=e.param if isinstance(e, Unsupported) else where) from None
-        room = n_ctx - n_prompt
-        if not n_prompt:
-            raise ApiError(400, "the prompt is empty", param=where)
-        if room <= 0:
-            raise ApiError(
-                400,
-                f"the prompt is {n_prompt} tokens and the context holds {n_ctx} ({1 - room} too many)",
-                param=where,
-                code="context_length_exceeded",
-            )
+        except ValueError as e:  # a setting the API refuses: "name: why"
+            raise ApiError(400, str(e), param=str(e).split(":")[0]) from None
+        room = n_ctx - len(prepared.tokens)
         if max_tokens is not None and max_tokens > room:
             raise ApiError(
                 400,
-                f"the context holds {n_ctx} tokens: {n_prompt} in the prompt leave {room} for the answer, "
-                f"not {req.LENGTH_FIELD} = {max_tokens}",
+                f"the context holds {n_ctx} tokens: {len(prepared.tokens)} in the prompt leave {room} for the "
+                f"answer, not {req.LENGTH_FIELD} = {max_tokens}",
                 param=req.LENGTH_FIELD,
                 code="context_length_exceeded",
             )
@@ -169,7 +145,7 @@ class Service:
                 param="prediction",
                 code="context_length_exceeded",
             )
-        return max_tokens or room
+        return prepared.capped(max_tokens or room)
 
     def _gone(self, request: Request, tokens: int) -> Response:
         """A client that left: nothing more runs for it; the log says so (499, as nginx counts it)."""
