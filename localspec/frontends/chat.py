@@ -154,7 +154,7 @@ class Repl:
                 self._say("[interrupted]")
 
     def answer(self, text: str) -> None:
-        """Stream a reply; Ctrl-C stops it and keeps what was said so far."""
+        """Stream a reply; Ctrl-C (or a signal that ends the chat) stops it and keeps what was said so far."""
         stream = self.conv.reply(text)
         for notice in self.conv.notices:
             self._say(notice)
@@ -164,11 +164,11 @@ class Repl:
                 colored = self.color and piece.drafted
                 self._write(f"{DRAFT_COLOR}{piece.text}{RESET}" if colored else piece.text)
         except KeyboardInterrupt:
-            stream.close()
             self._write(" [interrupted]")
-        finally:
+        finally:  # however it stopped (a signal too), the reply so far joins the conversation, which is saved
+            stream.close()
             self._write("\n")
-            if self.file is not None:  # a crash or a killed terminal loses at most the reply in flight
+            if self.file is not None:
                 self.conv.save(self.file.path)
 
     def new_file(self, loaded: Path | None = None) -> None:
