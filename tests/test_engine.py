@@ -182,7 +182,7 @@ def test_sampled_output_follows_the_target_with_a_real_drafter(target, draft) ->
         drafted += stats.drafted_by.get("draft_model", 0)
     assert drafted >= 160  # the second token was a verified model draft in (nearly) every run
     expected: dict[tuple[int, int], float] = {}
-    ids1, p1 = support(process(target.sync(prompt, 1)[0].copy(), sampler))
+    ids1, p1 = support(process(target.sync(prompt, 1, prompt=True)[0].copy(), sampler))  # as the engine prefills
     for t1, q1 in zip(ids1.tolist(), p1, strict=True):
         ids2, p2 = support(process(target.sync([*prompt, t1], 1)[0].copy(), sampler))
         for t2, q2 in zip(ids2.tolist(), p2, strict=True):

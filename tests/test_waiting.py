@@ -53,7 +53,7 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
     written = (tmp_path / "costs.json").read_text()
     engine, policy = load_engine(RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0))
     assert json.loads((tmp_path / "costs.json").read_text()).keys() == json.loads(written).keys()  # nothing measured
-    assert draft_drafter(engine) is None and [d.name for d in engine.drafters] == ["copier"]
+    assert draft_drafter(engine) is None and [d.name for d in engine.drafters] == ["copier", "recall"]
     assert policy is not None and any("not loaded" in note for note in policy.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
     run = engine.generate(Request(tuple(prompt), 16, GREEDY))
