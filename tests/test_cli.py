@@ -68,7 +68,7 @@ def test_generate_json_record(target_path, draft_path) -> None:
     assert out["host_seconds_per_round"] == pytest.approx(host / out["target_passes"])
     assert out["finish_reason"] in ("stop", "length")
     assert out["target"].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
-    if out["draft"] is None:  # left out (where it cannot win here), or never loaded (it waits for a long answer)
+    if out["draft"] is None:  # left out (on hardware where it cannot win), or not loaded (it waits for a long answer)
         assert "draft_model" not in out["drafted_by"]
     else:
         assert out["draft"].endswith("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
@@ -146,7 +146,7 @@ def test_a_bad_flag_value_is_a_usage_error_from_the_real_command() -> None:
 
 def test_missing_model_file(tmp_path: Path) -> None:
     """The missing target is named, whether or not the default draft is installed."""
-    for models in (None, tmp_path):  # as installed here, and with no model installed at all
+    for models in (None, tmp_path):  # as installed in the checkout, and with no model installed at all
         env = {"LOCALSPEC_MODELS_DIR": str(models)} if models else None
         proc = run_cli("generate", "hello", "--target", "/nonexistent/model.gguf", env=env)
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
