@@ -46,7 +46,6 @@ class Entry:
     size: int
     data: bytes | None = None
     path: Path | None = None
-    used: float = 0.0
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -97,7 +96,6 @@ class PromptCache:
 
     def load(self, entry: Entry) -> bytes | None:
         """The entry's state bytes (read and checked where only on disk; None, the file removed, where damaged)."""
-        entry.used = time.time()
         if entry.data is not None:
             self.memory[_name(entry.tokens)] = self.memory.pop(_name(entry.tokens), entry)  # most recently used
             return entry.data
@@ -108,13 +106,13 @@ class PromptCache:
             return None
         with contextlib.suppress(OSError):
             os.utime(entry.path)  # the disk tier's recency is the files' mtime
-        self._remember(Entry(entry.tokens, entry.size, data, entry.path, entry.used))
+        self._remember(Entry(entry.tokens, entry.size, data, entry.path))
         return data
 
     # ---- keeping ----------------------------------------------------------------------------------
     def put(self, tokens: Sequence[int], data: bytes) -> None:
         """Keep the state after `tokens`, in memory and (written in the background) on disk."""
-        entry = Entry(np.asarray(tokens, np.int32), len(data), data, used=time.time())
+        entry = Entry(np.asarray(tokens, np.int32), len(data), data)
         self._remember(entry)
         if self.folder is not None and self.disk and "write" not in self._warned and entry.size <= self.disk:
             writer = threading.Thread(target=self._write, args=(entry,), name="localspec-prompt-cache")
@@ -173,11 +171,7 @@ class PromptCache:
             return None
         if header.get("key") != self.key:
             return None
-        try:
-            used = path.stat().st_mtime
-        except OSError:
-            return None
-        return Entry(tokens, int(header["bytes"]), path=path, used=used)
+        return Entry(tokens, int(header["bytes"]), path=path)
 
     def _read(self, path: Path) -> bytes | None:
         try:
@@ -247,18 +241,6 @@ class PromptCache:
         if kind not in self._warned:
             self._warned.add(kind)
             self.warn(f"localspec: {text}")
-
-    # ---- figures ----------------------------------------------------------------------------------
-    def usage(self) -> dict[str, int]:
-        """Entries and bytes in each tier."""
-        self._disk_entries()  # lists the folder again where it changed
-        files = list(self.files.values())
-        return {
-            "ram_entries": len(self.memory),
-            "ram_bytes": sum(e.size for e in self.memory.values()),
-            "disk_entries": len(files),
-            "disk_bytes": sum(e.size for e in files),
-        }
 
 
 def _extends(tokens: np.ndarray, other: np.ndarray) -> bool:
