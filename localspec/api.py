@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Generator, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,27 +25,23 @@ from localspec.core.sampling import SamplerSettings, TokenLogprob
 from localspec.core.stats import Piece, Stats, prediction_usage
 from localspec.core.tool_calls import ToolCall, ToolCallStream, call_grammar, parse_tool_calls
 from localspec.decoding.engine import Engine, Request
-from localspec.decoding.loader import COPIER, RunConfig, draft_drafter, draft_path_of, load_draft, load_engine
+from localspec.decoding.loader import RunConfig, draft_drafter, draft_path_of, load_engine
+from localspec.drafting import store
 from localspec.drafting.base import Drafter
-from localspec.drafting.calibration import load_costs, save_costs
 from localspec.drafting.copier import LineJoin
-from localspec.drafting.costs import CostModel
 from localspec.drafting.forced import ForcedDrafter
 from localspec.drafting.policy import DraftPolicy
 from localspec.drafting.prediction import PredictionDrafter
 from localspec.errors import Unsupported
 from localspec.llama.grammar import grammar_tokenizer
 from localspec.llama.model import ContextFull, Model
-from localspec.llama.model import requantize as requantize_model
 from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
-from localspec.models.catalog import catalog, default_pair, resolve
+from localspec.models.catalog import catalog, default_pair
 from localspec.settings import checked, default
 
 __all__ = [
     "ANY_JSON_OBJECT",
-    "COPIER",
     "ContextFull",
-    "CostModel",
     "Generation",
     "LocalSpec",
     "Message",
@@ -62,7 +58,6 @@ __all__ = [
     "json_schema_grammar",
     "model_id",
     "prediction_usage",
-    "requantize",
     "run_config",
     "structure_grammar",
 ]
@@ -364,46 +359,14 @@ class LocalSpec:
         for d in self.engine.drafters:
             d.reset()
 
-    def measure_costs(self, pair: RunConfig | None = None) -> CostModel:
-        """The decode costs here of this target beside `pair`'s draft model (default: this session's), measured now
-        where the cost cache lacks them (the draft model loaded for that, then let go): what `localspec bench`
-        prices its rows with."""
-        return load_costs(self.engine.target, load_draft(pair or self.config))
-
-    def lookup_reference(
-        self, tokens: list[int], *, max_tokens: int, sampler: SamplerSettings, seed: int
-    ) -> Iterator[object]:
-        """llama-cpp-python's own prompt-lookup drafting on this target, loaded now beside it, as `localspec bench`
-        compares it: its completion of `tokens`, streamed a step per token."""
-        from localspec.llama.bench_lookup import prompt_lookup_llama
-
-        target = self.engine.target
-        llm = prompt_lookup_llama(target.path, n_ctx=len(tokens) + max_tokens + 64, n_threads=target.n_threads)
-        steps = llm.create_completion(tokens, max_tokens=max_tokens, **asdict(sampler), seed=seed, stream=True)
-        return iter(steps)
-
     def save_costs(self) -> None:
         """Keep what this session learned about the machine's decode costs for the next run, and settle its
         choice about the draft model (once: the session's load and generating time is what the user spent)."""
-        engine, drafter = self.engine, draft_drafter(self.engine)
+        engine = self.engine
         if engine.cost is not None:
-            save_costs(
-                engine.target,
-                drafter.loaded if drafter else None,
-                engine.cost,
-                self.policy,
-                seconds=self.load_seconds + engine.busy_seconds,
-                drafter=drafter,
-            )
+            seconds = self.load_seconds + engine.busy_seconds
+            store.settle(store.model_key(engine.target), engine.cost, self.policy, seconds)
             self.policy = None
-
-
-def requantize(target: str | None, quant: str) -> Path:
-    """The target (a path or catalog name; None: the default pair's) requantized to `quant` (Q8_0, F16, ...),
-    made once beside it."""
-    src = resolve(target or default_pair()[0].name)
-    stem = src.stem.rsplit("-", 1)[0] if "-q" in src.stem.lower() else src.stem
-    return requantize_model(src, src.with_name(f"{stem}-{quant.lower()}.gguf"), quant)
 
 
 def run_config(

@@ -1,5 +1,6 @@
-"""The machine and the pair here, as `localspec doctor` reports them: the llama.cpp build, what the cost store
-has learned, the draft model's verdict, and a speed probe of a model file.
+"""The machine and the pair here, as `localspec doctor` and `localspec bench` read them: the llama.cpp build,
+what the cost store has learned, the draft model's verdict, a speed test of a model file, and the bench's
+diagnostics (costs measured now, llama-cpp-python's own prompt lookup, a requantized target).
 
 Beside the API (localspec.api) at the facade's level: frontends read the machine here, never below it.
 """
@@ -7,12 +8,24 @@ Beside the API (localspec.api) at the facade's level: frontends read the machine
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from localspec.api import run_config
-from localspec.decoding.loader import answers_dir, default_threads, gpu_layers, load_models, prompts_dir
-from localspec.drafting.calibration import cached_costs, calibrate, file_bound, kept, model_key
+from localspec.api import LocalSpec, RunConfig, SamplerSettings, run_config
+from localspec.decoding.loader import (
+    COPIER,
+    answers_dir,
+    default_threads,
+    gpu_layers,
+    load_draft,
+    load_models,
+    prompts_dir,
+    store_keys,
+)
+from localspec.drafting import store
+from localspec.drafting.calibration import calibrate, load_costs
 from localspec.drafting.costs import CostModel
 from localspec.drafting.policy import verdict
 from localspec.llama.model import (
@@ -20,14 +33,17 @@ from localspec.llama.model import (
     Model,
     amx_weights_disabled,
     build,
-    gpu_offload_supported,
     llamafile_built,
 )
+from localspec.llama.model import requantize as requantize_model
 from localspec.llama.prompts import clear, folder_usage
+from localspec.models.catalog import default_pair, resolve
 from localspec.settings import default
 
 __all__ = [
+    "COPIER",
     "EXACT_BUILD",
+    "CostModel",
     "Speed",
     "amx_weights_disabled",
     "build",
@@ -38,7 +54,11 @@ __all__ = [
     "gpu_layers",
     "learned_costs",
     "llamafile_built",
+    "lookup_reference",
+    "measure_costs",
+    "pair_config",
     "recalibrate_pair",
+    "requantize",
     "speed",
 ]
 
@@ -75,28 +95,59 @@ def speed(path: Path, *, seconds: float = 3.0, threads: int | None = None, gpu_l
     return Speed(n / elapsed, time.perf_counter() - t1, elapsed / n)
 
 
-def _keys(target: Path, draft: Path, threads: int, ctx: int) -> tuple[str, str]:
-    layers = 999 if gpu_offload_supported() else 0
-    return (
-        model_key(target, threads=threads, gpu_layers=layers, ctx=ctx),
-        model_key(draft, threads=threads, gpu_layers=layers, ctx=ctx),
-    )
+def pair_config(threads: int | None = None) -> RunConfig:
+    """The default pair as `localspec generate` loads it here: the config file's settings, `threads` over them."""
+    from localspec.config import load_config
+
+    settings: dict[str, Any] = load_config()
+    names = ("ctx", "threads", "gpu_layers", "draft_gpu_layers", "flash_attn")
+    return run_config(**{n: settings[n] for n in names if n in settings} | ({"threads": threads} if threads else {}))
 
 
-def draft_verdict(target: Path, draft: Path, threads: int, ctx: int = default("ctx")) -> str:
-    """What `generate` does with the draft model here, as its policy says (default settings)."""
-    keys = _keys(target, draft, threads, ctx)
-    return verdict(kept(*keys), cached_costs(keys[0]), file_bound(target, draft))
+def draft_verdict(cfg: RunConfig) -> str:
+    """What `generate` does with cfg's draft model here, as its policy says (the store's entry for cfg's keys)."""
+    (target_key, draft_key), (target, draft) = store_keys(cfg), cfg.paths()
+    if draft_key is None or draft is None:
+        return "no draft model"
+    return verdict(store.kept(target_key, draft_key), store.costs(target_key), store.file_bound(target, draft))
 
 
-def learned_costs(target: Path, draft: Path, threads: int, ctx: int = default("ctx")) -> CostModel | None:
-    """The verify costs `generate` uses here (default settings); None before any run has learned them."""
-    return cached_costs(_keys(target, draft, threads, ctx)[0])
+def learned_costs(cfg: RunConfig) -> CostModel | None:
+    """The verify costs `generate` uses here with cfg; None before any run has learned them."""
+    return store.costs(store_keys(cfg)[0])
 
 
-def recalibrate_pair(threads: int) -> None:
-    """Measure the default pair afresh now and keep that as its learned costs."""
-    calibrate(*load_models(run_config(threads=threads, cache_ram=0, cache_disk=0)))
+def recalibrate_pair(cfg: RunConfig) -> None:
+    """Measure cfg's pair afresh now and keep that as its learned costs."""
+    calibrate(*load_models(replace(cfg, cache_ram=0, cache_disk=0)))
+
+
+def measure_costs(spec: LocalSpec, pair: RunConfig | None = None) -> CostModel:
+    """The decode costs here of a session's target beside `pair`'s draft model (default: the session's), measured
+    now where the store lacks them (the draft model loaded for that, then let go): what `localspec bench` prices
+    its rows with."""
+    return load_costs(spec.engine.target, load_draft(pair or spec.config))
+
+
+def lookup_reference(
+    spec: LocalSpec, tokens: list[int], *, max_tokens: int, sampler: SamplerSettings, seed: int
+) -> Iterator[object]:
+    """llama-cpp-python's own prompt-lookup drafting on a session's target, loaded now beside it, as `localspec
+    bench` compares it: its completion of `tokens`, streamed a step per token."""
+    from localspec.llama.bench_lookup import prompt_lookup_llama
+
+    target = spec.engine.target
+    llm = prompt_lookup_llama(target.path, n_ctx=len(tokens) + max_tokens + 64, n_threads=target.n_threads)
+    steps = llm.create_completion(tokens, max_tokens=max_tokens, **asdict(sampler), seed=seed, stream=True)
+    return iter(steps)
+
+
+def requantize(target: str | None, quant: str) -> Path:
+    """The target (a path or catalog name; None: the default pair's) requantized to `quant` (Q8_0, F16, ...),
+    made once beside it."""
+    src = resolve(target or default_pair()[0].name)
+    stem = src.stem.rsplit("-", 1)[0] if "-q" in src.stem.lower() else src.stem
+    return requantize_model(src, src.with_name(f"{stem}-{quant.lower()}.gguf"), quant)
 
 
 def cache_report() -> str:

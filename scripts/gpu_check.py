@@ -112,7 +112,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     from localspec.decoding.loader import RunConfig, default_threads, load_engine
     from localspec.drafting.calibration import calibrate
     from localspec.drafting.costs import best_k
-    from localspec.drafting.policy import PROBE_ALPHA, clear_win
+    from localspec.drafting.policy import ASSUMED_ALPHA, clear_win
     from localspec.llama.model import Model, build
     from localspec.llama.template import chat_tokens
 
@@ -135,7 +135,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     result["model_can_win"] = clear_win(cost)
     result["draft_model_predicted"] = {
         f"{alpha:.2f}": best_k([alpha**j for j in range(1, 17)], cost, cost.draft_token)[1] * t1
-        for alpha in (0.6, 0.8, PROBE_ALPHA)
+        for alpha in (0.6, 0.8, ASSUMED_ALPHA)
     }
     del target, draft
     greedy = SamplerSettings(temperature=0)

@@ -32,10 +32,11 @@ import numpy as np
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.decoding.planner import Planner
+from localspec.drafting import draft_model
+from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
-from localspec.drafting.policy import DraftPolicy, Kept
-from localspec.drafting.probe import BatchProbe
+from localspec.drafting.policy import BatchProbe, DraftPolicy, Kept
 
 GREEDY = SamplerSettings(temperature=0)
 # The host's seconds outside llama_decode at the default sampler, as the loop learns them on a 2-core AMD EPYC with
@@ -204,6 +205,9 @@ class FakeModel:
     def reset(self) -> None:
         self.tokens = []
 
+    def remember(self) -> None:
+        """Nothing to keep: a prompt cache saves no simulated time."""
+
 
 @dataclass
 class Store:
@@ -238,7 +242,7 @@ def _session(
         cost = CostModel(dict(store.curve))
         cost.host_round, cost.host_position, cost.host_draft = store.host
     policy = None
-    drafters: list[DraftModelDrafter] = []
+    drafters: list[Drafter] = []
     if draft:
         model = FakeModel(clock, profile.draft * profile.t1, profile.draft_prefill * profile.t1, profile.host_draft)
 
@@ -257,10 +261,9 @@ def _session(
                 loaded_in=profile.target_load,
                 named=False,
             )
-        if policy is None or policy.choice != "skip":
-            drafters = [DraftModelDrafter(load, cost, policy=policy, path=Path("draft.gguf"), clock=clock)]  # type: ignore[arg-type]
-    probes = [BatchProbe(policy)] if policy is not None and policy.choice == "explore" else []
-    planner = Planner([*drafters, *probes], k=k if draft else 0, cost=cost)
+            cost = policy.cost
+        drafters = draft_model.drafters(load, cost, policy=policy, path=Path("draft.gguf"), clock=clock)  # type: ignore[arg-type]
+    planner = Planner(drafters, k=k if draft else 0, cost=cost)
     sampling = InvariantSampling(0)
     ctx: list[int] = []
     first: int | None = None
@@ -280,12 +283,12 @@ def _session(
             room = history.tokens - out - 1
             plan = planner.plan(ctx, room)
             drafted = plan.drafter.draft(ctx, plan.k, GREEDY, sampling) if plan.drafter else []
-            if drafted and first is None and turn == 0 and plan.drafter in drafters:
+            if drafted and first is None and turn == 0 and isinstance(plan.drafter, DraftModelDrafter):
                 first = out
             n = len(drafted) + 1
             verify = profile.verify(n)
             accepted = 0
-            while accepted < len(drafted) and plan.drafter not in probes and rng.random() < alpha:
+            while accepted < len(drafted) and not isinstance(plan.drafter, BatchProbe) and rng.random() < alpha:
                 accepted += 1
             sampled = profile.host_position * (accepted + 1)
             clock.now += verify + profile.host_round + sampled
@@ -295,18 +298,13 @@ def _session(
             ctx += [*drafted[:accepted], 3]  # the accepted draft, then the target's own token
             out += accepted + 1
             planner.accept(ctx, replace(plan, k=len(drafted)), accepted, [alpha] * (accepted + 1))
+        for d in planner.drafters:
+            d.end(ctx)
     if store is not None and cost is not None:
         store.curve = {n: s for n, s in cost.curve().items() if n <= 64}
         store.host = (cost.host_round, cost.host_position, cost.host_draft)
         if policy is not None:
-            last = drafters[0] if drafters else None
-            store.kept = policy.settle(
-                cost,
-                last.realized if last else None,
-                last.acceptance.learned if last else None,
-                clock.now,
-                last.answer_lengths if last else (),
-            )
+            store.kept = policy.settle(cost, clock.now)
     return clock.now, first, clock.now - outside[0]
 
 

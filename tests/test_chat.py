@@ -16,7 +16,8 @@ from prompt_toolkit.output import DummyOutput
 from localspec import LocalSpec
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Engine
-from localspec.decoding.loader import RunConfig, make_drafters
+from localspec.decoding.loader import RunConfig
+from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.frontends.chat import DRAFT_COLOR, Repl
 from localspec.frontends.conversation import Conversation, Session
 from localspec.llama.model import PREFILL_TILE, Model
@@ -70,7 +71,7 @@ def drive(
 def conv(target: Model, draft: Model) -> Conversation:
     target.reset()
     draft.reset()
-    return _conv(target, make_drafters(target, draft), 4, max_tokens=48)
+    return _conv(target, [DraftModelDrafter(draft)], 4, max_tokens=48)
 
 
 def test_second_turn_prefills_only_its_new_tokens(conv: Conversation) -> None:
@@ -97,7 +98,7 @@ def test_greedy_replies_equal_target_alone(target: Model, draft: Model) -> None:
     for k in (4, 0):
         target.reset()
         draft.reset()
-        conv = _conv(target, make_drafters(target, draft if k else None), k, max_tokens=48)
+        conv = _conv(target, [DraftModelDrafter(draft)] if k else [], k, max_tokens=48)
         drive(conv, "".join(t + "\r" for t in turns) + "/exit\r")
         replies[k] = conv
     spec, base = replies[4], replies[0]
@@ -131,7 +132,7 @@ def test_save_then_load_round_trips(conv: Conversation, target: Model, draft: Mo
     drive(conv, f"/system You answer in one word.\rCapital of France?\r/save {path}\r/exit\r")
     target.reset()
     draft.reset()
-    other = _conv(target, make_drafters(target, draft), 4)
+    other = _conv(target, [DraftModelDrafter(draft)], 4)
     out = drive(other, f"/load {path}\r/exit\r")
     assert f"loaded {path} (2 messages)" in out
     assert other.to_json() == conv.to_json() and other.system == "You answer in one word."

@@ -210,15 +210,15 @@ def test_a_cost_store_with_keys_of_any_digits_and_one_that_cannot_be_read_are_ta
 ) -> None:
     """A key like "²" (a digit to str.isdigit, not to int) is left out; a store that cannot be read now (here a
     folder where the file would be) is neither set aside nor written over."""
-    from localspec.drafting.calibration import cached_costs
+    from localspec.drafting import store
     from localspec.files import update_json
 
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     (tmp_path / "costs.json").write_text(json.dumps({"t": {"verify": {"1": 0.05, "²": 0.1, "4": 0.12}}}))
-    cost = cached_costs("t")
+    cost = store.costs("t")
     assert cost is not None and cost.verify_cost(1) == pytest.approx(0.05)
     (tmp_path / "costs.json").unlink()
     (tmp_path / "costs.json").mkdir()
-    assert cached_costs("t") is None
+    assert store.costs("t") is None
     assert not update_json(tmp_path / "costs.json", lambda data: data.update(x=1))
     assert (tmp_path / "costs.json").is_dir() and not list(tmp_path.glob("*.damaged"))

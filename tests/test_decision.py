@@ -152,10 +152,9 @@ def test_a_damaged_decision_starts_afresh(data: object) -> None:
 def _cycles(folder: str, worker: int, n: int) -> None:
     """`n` load-learn-save cycles on the real cost and vocabulary stores, each for a model file of its own."""
     import os
-    from types import SimpleNamespace
 
     import localspec.models.vocab as vocab
-    from localspec.drafting.calibration import cached_costs, model_key, save_costs
+    from localspec.drafting import store
     from localspec.drafting.costs import CostModel
 
     os.environ["LOCALSPEC_CACHE_DIR"] = folder
@@ -163,10 +162,9 @@ def _cycles(folder: str, worker: int, n: int) -> None:
     for i in range(n):
         path = Path(folder) / f"m{worker}-{i}.gguf"
         path.write_bytes(b"x")
-        model = SimpleNamespace(path=path, n_threads=2, n_gpu_layers=0, n_ctx_asked=4096)
-        key = model_key(path, threads=2, gpu_layers=0, ctx=4096)
-        assert cached_costs(key) is None
-        save_costs(model, None, CostModel({1: 0.01 + i / 1e4}))  # type: ignore[arg-type]
+        key = store.key(path, threads=2, gpu_layers=0, ctx=4096)
+        assert store.costs(key) is None
+        store.keep(key, CostModel({1: 0.01 + i / 1e4}))
         assert vocab.mismatch(path, Path(folder) / "draft.gguf") is None
 
 
@@ -208,13 +206,14 @@ def test_an_unwritable_folder_is_a_note_not_a_crash(tmp_path: Path, capsys: pyte
 def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Saving a session judges the draft model by what its rounds realized (its load included) once it drafted
+    """Settling a session judges the draft model by what its rounds realized (its load included) once it drafted
     JUDGED_ROUNDS rounds, not by its costs' promise, and keeps its learned agreement and its load's seconds for
-    the next run; a session that never loaded it says nothing of it."""
+    the next run, all as its drafter reported them to the policy; a session that never loaded it says nothing of
+    it."""
     import json
     from types import SimpleNamespace
 
-    from localspec.drafting.calibration import kept, model_key, save_costs
+    from localspec.drafting import store
     from localspec.drafting.costs import CostModel
     from localspec.drafting.draft_model import DraftModelDrafter
     from localspec.drafting.policy import JUDGED_ROUNDS
@@ -222,24 +221,25 @@ def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     path = tmp_path / "target.gguf"
     path.write_bytes(b"x")
-    target = SimpleNamespace(path=path, n_threads=2, n_gpu_layers=0, n_ctx_asked=4096)
-    tkey = model_key(path, threads=2, gpu_layers=0, ctx=4096)
+    tkey = store.key(path, threads=2, gpu_layers=0, ctx=4096)
     cost = CostModel({1: 0.1, 5: 0.14}, draft=0.01)  # its costs promise a clear win
-    losing = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), cost)  # type: ignore[arg-type]
+    policy = DraftPolicy("draft", "draft.gguf", "use", Kept(DraftDecision(uses=True, wait=4)), 0.2, cost)
+    draft = SimpleNamespace(tokens=[], path="draft.gguf", remember=lambda: None)
+    losing = DraftModelDrafter(lambda: draft, cost, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type,return-value]
+    policy.loaded(0.4)
     for _ in range(JUDGED_ROUNDS):
-        losing.realized.add(seconds=0.30, alone=0.25)  # each round took longer than the target alone for its tokens
+        policy.drafted(0.30, 0.25, trial=False)  # each round took longer than the target alone for its tokens
         losing.acceptance.observe(drafted=4, accepted=1, confidence=[0.8, 0.8])  # 1 in 2 held where 0.8 was hoped
-    policy = DraftPolicy("draft", "draft.gguf", "use", Kept(DraftDecision(uses=True, wait=4)), 0.2, load_seconds=0.4)
-    save_costs(target, None, cost, policy, seconds=20.0, drafter=losing)  # type: ignore[arg-type]
-    decision = kept(tkey, "draft").decision
+    losing.end([])  # the answer ends: the agreement its rounds showed is reported
+    store.settle(tkey, cost, policy, 20.0)
+    decision = store.kept(tkey, "draft").decision
     assert not decision.uses and decision.wait == 8 and decision.margin == pytest.approx(2.0 / 2.4)
     assert decision.try_seconds == pytest.approx(2.8 - 2.0)  # the ended use's loss counts against the budget
     entry = json.loads((tmp_path / "costs.json").read_text())[tkey]
     assert entry["draft_load"] == {"draft": 0.4}
     assert entry["agreement"]["draft"] == pytest.approx(losing.acceptance.learned)
     assert losing.acceptance.agreement < 0.9
-    unloaded = DraftPolicy("draft", "draft.gguf", "use", Kept(DraftDecision(uses=True)), 0.2)  # a short answer
-    idle = DraftModelDrafter(SimpleNamespace(tokens=[], path="draft.gguf"), cost)  # type: ignore[arg-type]
-    save_costs(target, None, cost, unloaded, seconds=2.0, drafter=idle)  # type: ignore[arg-type]
+    unloaded = DraftPolicy("draft", "draft.gguf", "use", Kept(DraftDecision(uses=True)), 0.2, cost)  # a short answer
+    store.settle(tkey, cost, unloaded, 2.0)
     assert unloaded.kept.decision.uses and unloaded.kept.decision.runs == 1  # nothing new about the draft model
     assert json.loads((tmp_path / "costs.json").read_text())[tkey]["agreement"] == entry["agreement"]

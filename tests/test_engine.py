@@ -12,6 +12,7 @@ from localspec.core.stats import Stats
 from localspec.decoding.engine import Engine, Request
 from localspec.decoding.loader import make_drafters
 from localspec.drafting.copier import Copier
+from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.llama.model import Model, new_llama
 from localspec.llama.template import chat_tokens, raw_tokens
 
@@ -33,7 +34,7 @@ def _run(
     seed: int = 0,
     stops=(),
 ) -> tuple[list[int], str, Stats]:
-    run = Engine(target, make_drafters(target, draft), k).generate(
+    run = Engine(target, [DraftModelDrafter(draft)] if draft is not None else [], k).generate(
         Request(tuple(prompt), n, sampler, seed, tuple(stops))
     )
     text = "".join(p.text for p in run)

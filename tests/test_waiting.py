@@ -12,7 +12,7 @@ from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Request
 from localspec.decoding.loader import RunConfig, default_threads, draft_drafter, load_engine
-from localspec.drafting.calibration import model_key, save_costs
+from localspec.drafting import store
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftDecision, clear_win, promise
@@ -32,7 +32,7 @@ def _write_costs(
     settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": ctx}
     entry: dict = {"verify": {str(n): s for n, s in curve.items()}}
     if draft is not None:
-        dkey = model_key(draft, **settings)
+        dkey = store.key(draft, **settings)
         cost = CostModel(dict(curve), draft=draft_token, draft_prefill=draft_token / 8)
         entry |= {
             "draft": {dkey: draft_token},
@@ -40,7 +40,7 @@ def _write_costs(
             "decisions": {dkey: DraftDecision(uses=clear_win(cost), margin=promise(cost)).to_json()},
         }
     cache.mkdir(parents=True, exist_ok=True)
-    (cache / "costs.json").write_text(json.dumps({model_key(target, **settings): entry}))
+    (cache / "costs.json").write_text(json.dumps({store.key(target, **settings): entry}))
 
 
 @pytest.mark.slow
@@ -77,7 +77,7 @@ def test_a_first_run_answers_at_once_and_learns(
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
     assert "".join(p.text for p in engine.generate(Request(tuple(prompt), 12, GREEDY)))
     assert engine.cost is not None and 1 in engine.cost.curve() and drafter.loaded is None
-    save_costs(engine.target, None, engine.cost, policy, seconds=1.0, drafter=drafter)
+    store.settle(store.model_key(engine.target), engine.cost, policy, 1.0)
     learned = json.loads((tmp_path / "costs.json").read_text())
     assert [list(entry["verify"]) for entry in learned.values()] == [[str(n) for n in engine.cost.curve()]]
     del engine
@@ -85,7 +85,7 @@ def test_a_first_run_answers_at_once_and_learns(
     again, policy = load_engine(RunConfig(sampler=GREEDY, gpu_layers=0, draft_gpu_layers=0))
     assert draft_drafter(again) is None and policy is not None
     assert any("by its size" in note for note in policy.notes), policy.notes
-    assert draft_verdict(target_path, draft_path, default_threads()).startswith("not loaded: here it cannot beat")
+    assert draft_verdict(RunConfig(gpu_layers=0, draft_gpu_layers=0)).startswith("not loaded: here it cannot beat")
 
 
 @pytest.mark.slow
@@ -159,12 +159,12 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     decision with the margin its own decodes measured, and a try that kept it out is not repeated next run."""
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, None, CPU_CURVE, draft_token=0.0)
-    store = json.loads((tmp_path / "costs.json").read_text())
+    entries = json.loads((tmp_path / "costs.json").read_text())
     settings = {"threads": default_threads(), "gpu_layers": 0, "ctx": 4096}
-    dkey = model_key(draft_path, **settings)
-    next(iter(store.values()))["decisions"] = {dkey: DraftDecision(runs=3, user_seconds=1e4, margin=0.9).to_json()}
-    next(iter(store.values()))["verify"] = {"1": CPU_CURVE[1]}  # only one size learned: the size bound allows a try
-    (tmp_path / "costs.json").write_text(json.dumps(store))
+    dkey = store.key(draft_path, **settings)
+    next(iter(entries.values()))["decisions"] = {dkey: DraftDecision(runs=3, user_seconds=1e4, margin=0.9).to_json()}
+    next(iter(entries.values()))["verify"] = {"1": CPU_CURVE[1]}  # only one size learned: the size bound allows a try
+    (tmp_path / "costs.json").write_text(json.dumps(entries))
     spec = LocalSpec.load(gpu_layers=0, draft_gpu_layers=0)
     drafter = draft_drafter(spec.engine)
     assert drafter is not None and drafter.loaded is None and any("tried" in n for n in spec.notes), spec.notes

@@ -5,20 +5,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Engine
+from localspec.drafting import draft_model, store
 from localspec.drafting.base import REGISTRY, Drafter
-from localspec.drafting.calibration import decide_draft, model_key, target_costs
 from localspec.drafting.copier import Copier
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftPolicy
-from localspec.drafting.probe import BatchProbe
 from localspec.drafting.recall import AnswerStore, Recall
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, exact_rows, gpu_offload_supported
@@ -142,13 +140,25 @@ def _warn(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+def store_keys(cfg: RunConfig) -> tuple[str, str | None]:
+    """The cost store's keys of cfg's target and draft model (None: it has none), as load_engine loads them."""
+    target_path, draft_path = cfg.paths()
+    cfg = with_context(cfg, target_path)
+    threads = cfg.threads or default_threads()
+
+    def key(path: Path, layers: int) -> str:
+        return store.key(path, threads=threads, gpu_layers=gpu_layers(layers), ctx=cfg.ctx)
+
+    return key(target_path, cfg.gpu_layers), key(draft_path, cfg.draft_gpu_layers) if draft_path else None
+
+
 def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
     """Models, costs (for automatic k) and a seeded engine for cfg, with the session's draft-model policy.
 
     Under automatic k the draft model drafts as its policy says (policy.DraftPolicy: named by the user, used by
     its verdict, explored where it may clearly win, tried within a budget, or skipped) and is loaded at its first
     draft, after the answer's first token; the policy says why where it was left out, and is settled when the
-    costs are saved.
+    session ends (store.settle).
     """
     target_path, draft_path = cfg.paths()
     cfg = with_context(cfg, target_path)
@@ -159,55 +169,35 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
     target = _load(cfg, target_path, cfg.gpu_layers)
     loaded_in = time.perf_counter() - t0
     auto = cfg.k is None and not cfg.target_alone
-    cost = target_costs(target) if auto else None
-    draft: Model | Callable[[], Model] | None = None
+    target_key, draft_key = store_keys(cfg)
+    cost = (store.costs(target_key) or CostModel({})) if auto else None
     policy = None
-    if draft_path is not None:
-        if cost is not None:
-            layers = gpu_layers(cfg.draft_gpu_layers)
-            key = model_key(draft_path, threads=cfg.threads or default_threads(), gpu_layers=layers, ctx=cfg.ctx)
-            policy = decide_draft(target, draft_path, key, cost, loaded_in, named=named)
-        if policy is None or policy.choice != "skip":
-            if not named:  # the default draft is checked where it will be loaded
-                check_pair(target_path, draft_path)
-            loading = partial(_load, cfg, draft_path, cfg.draft_gpu_layers)
-            draft = loading() if policy is None else loading
+    if draft_path is not None and draft_key is not None and cost is not None:
+        policy = store.decide((target_key, draft_key), (target_path, draft_path), cost, loaded_in, named=named)
+        cost = policy.cost
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target,
-        draft,
         copier=not cfg.target_alone and (cfg.copier or cfg.draft in COPIER) and Copier.name not in cfg.drafters,
         recall=not cfg.target_alone and cfg.recall,
-        cost=cost,
-        policy=policy,
-        draft_path=draft_path,
     )
+    if draft_path is not None and (policy is None or policy.choice != "skip"):
+        if not named:  # the default draft is checked where it will be loaded
+            check_pair(target_path, draft_path)
+        loading = partial(_load, cfg, draft_path, cfg.draft_gpu_layers)
+        drafters += draft_model.drafters(loading() if policy is None else loading, cost, policy=policy, path=draft_path)
     rows = exact_rows(target) if cfg.exact else None
     engine = Engine(target, drafters, 0 if cfg.target_alone else cfg.k, cost=cost, max_draft=rows and rows - 1)
     return engine, policy
 
 
-def make_drafters(
-    target: Model,
-    draft: Model | Callable[[], Model] | None = None,
-    *,
-    copier: bool = False,
-    recall: bool = False,
-    cost: CostModel | None = None,
-    policy: DraftPolicy | None = None,
-    draft_path: Path | None = None,
-) -> list[Drafter]:
-    """The built-in drafters in the planner's order of preference: n-gram copies, earlier answers (`recall`),
-    then the draft model (or the function that loads it at its first draft, from `draft_path`) under the session's
-    `policy`, and where that explores it, the probe of a small batch's cost it is priced by."""
+def make_drafters(target: Model, *, copier: bool = False, recall: bool = False) -> list[Drafter]:
+    """The built-in drafters of text in the planner's order of preference: n-gram copies, then earlier answers
+    (`recall`); a draft model's come after them (draft_model.drafters)."""
     drafters: list[Drafter] = []
     if copier:
         drafters.append(_registered(Copier.name, target))
     if recall:
         drafters.append(Recall(AnswerStore(answers_path(target.path))))
-    if draft is not None:
-        drafters.append(DraftModelDrafter(draft, cost, policy=policy, path=draft_path))
-        if policy is not None and policy.choice == "explore":
-            drafters.append(BatchProbe(policy))
     return drafters
 
 

@@ -1,2 +1,2 @@
-"""Draft sources and what they cost: the drafter protocol, the copier, predictions, forced tokens, the draft model
-and its policy, the batch probe, the cost model and its store."""
+"""Draft sources and what they cost: the drafter protocol, the copier, earlier answers, predictions, forced tokens,
+the draft model and its policy, the cost model, its measurement and its store."""

@@ -30,7 +30,9 @@ class Offer:
     nothing to propose). `token_seconds`: what it spends per proposed token (0 for a copy); `setup_seconds`:
     one-off seconds before it can propose (a draft model loading, catching up on the context); `horizon`: the
     tokens that setup is spread over (None: the room left; 0: it may not set up now). `probe`: under automatic
-    k, when no offer wins, a short draft worth trying to refresh stale estimates (0: none).
+    k, the length of a probe, the one meaning of the word here: a short draft the planner takes when no offer
+    wins, whatever its price, to measure what its estimates lack (a trial of a draft model, a recheck of a losing
+    one, the batch probe's sizes; 0: none).
     """
 
     survival: Sequence[float] = ()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 QUIET = 1.15  # a session whose speed is within this factor of the quiet curve may teach the curve a slowdown
 _FLOOR_BATCH = 64  # the batch size whose per-token cost bounds a prefill's
-PROBE_ROWS = 4  # the batch whose cost against one decode says how compute-bound decodes are here (probe.py)
+PROBE_ROWS = 4  # the batch whose cost against one decode says how compute-bound decodes are here (policy.BatchProbe)
 # How much dearer than its size's share a draft token is per unit of the machine's compute-bound share (a smaller
 # model uses the cores less well): fitted to measured draft tokens, docs/benchmarks.md, "The draft model's prior".
 COMPUTE_PENALTY = 1.6

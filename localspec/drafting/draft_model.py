@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
 from localspec.drafting.base import NOTHING, Drafter, Offer, Verdict
 from localspec.drafting.costs import CostModel, best_k
-from localspec.drafting.policy import DRAFT_MAX_K, DROP_SPEEDUP, JUDGED_ROUNDS, TRIAL_K, DraftPolicy, clear_win
+from localspec.drafting.policy import DRAFT_MAX_K, TRIAL_K, DraftPolicy, Terms, clear_win
 
 if TYPE_CHECKING:
     from localspec.llama.model import Model
@@ -88,40 +88,13 @@ class Acceptance:
         return [a**j for j in range(1, k_max + 1)]
 
 
-@dataclass
-class Realized:
-    """What the draft model's rounds took (`seconds`, its catch-ups included: `catch_up` of them) against what
-    the target alone would have taken for the same tokens (`alone`: a one-token decode each)."""
-
-    seconds: float = 0.0
-    alone: float = 0.0
-    rounds: int = 0
-    catch_up: float = 0.0
-
-    def add(self, seconds: float, alone: float) -> None:
-        self.seconds, self.alone, self.rounds = self.seconds + seconds, self.alone + alone, self.rounds + 1
-
-    def speedup(self) -> float | None:
-        """Its rounds' realized speedup over the target alone for their tokens, once there are JUDGED_ROUNDS of
-        them (None before): what drafting on would give, the catch-ups and the load paid before being sunk (the
-        planner prices those in each answer)."""
-        if self.rounds < JUDGED_ROUNDS:
-            return None
-        return self.alone / max(self.seconds - self.catch_up, 1e-9)
-
-    @property
-    def losing(self) -> bool:
-        """Whether its rounds, judged, lose clearly: below DROP_SPEEDUP of the target alone's speed."""
-        speedup = self.speedup()
-        return speedup is not None and speedup < DROP_SPEEDUP
-
-
 class DraftModelDrafter(Drafter):
     """Drafts by sampling a small model token by token, keeping each token's distribution q.
 
-    With a `policy` (policy.DraftPolicy) it is loaded at its first draft, when and if the policy allows, and
-    dropped where the policy says its rounds lose. Under automatic k, once loaded, it is re-probed with k = 1 now
-    and then while it loses (backing off), so the choice can switch back when the text gets easier.
+    With a `policy` (policy.DraftPolicy) it is loaded at its first draft, when and if the policy allows, offers
+    what the policy's terms allow, and reports its load, rounds and answers to it as evidence. Under automatic k,
+    once loaded, it rechecks with k = 1 now and then while it loses (backing off), so the choice can switch back
+    when the text gets easier.
     """
 
     name = "draft_model"
@@ -145,12 +118,9 @@ class DraftModelDrafter(Drafter):
         self.path = path if path is not None else Path(model.path)  # type: ignore[union-attr]
         self.cost, self.policy, self.clock = cost, policy, clock
         self.acceptance = Acceptance.prior(policy.agreement if policy is not None else 1.0)
-        self.trial_rounds = policy.trial_rounds if policy is not None else 0  # TRIAL_K each, to be measured
-        self.realized = Realized()  # what its rounds took against the target alone's time for their tokens
         self._answer_start, self._answer = 0, 0  # where the answer began, and its tokens so far
-        self.answers: list[int] = []  # the tokens of each answer before
-        self.probe_every, self._since = 8, 0  # rounds between probes, rounds since it last drafted
-        self._probe: str | None = None  # the probe its latest offer held ("trial", "probe"), taken or not
+        self.recheck_every, self._since = 8, 0  # rounds between rechecks, rounds since it last drafted
+        self._probe: str | None = None  # the probe its latest offer held ("trial", "recheck"), taken or not
         self._round_start = 0.0
 
     @property
@@ -161,71 +131,54 @@ class DraftModelDrafter(Drafter):
             t0 = self.clock()
             self.loaded = self._load()
             if self.policy is not None:
-                self.policy.load_seconds += self.clock() - t0
+                self.policy.loaded(self.clock() - t0)
         return self.loaded
 
     def reset(self) -> None:
         if self.loaded is not None:
             self.loaded.reset()
 
+    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
+        self._answer_start, self._answer = prompt_len, 0
+
     def end(self, ctx: Sequence[int]) -> None:
+        if self.policy is not None:
+            self.policy.answered(self._answer, self.acceptance.learned)
+        self._answer = 0
         if self.loaded is not None:
             self.loaded.remember()  # its cache follows the target's into the prompt cache
 
-    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
-        if self._answer:
-            self.answers.append(self._answer)
-        self._answer_start, self._answer = prompt_len, 0
-
-    @property
-    def answer_lengths(self) -> list[int]:
-        """How many tokens each answer it has seen came to, the current one included."""
-        return [*self.answers, self._answer] if self._answer else list(self.answers)
-
     def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
-        """Its acceptance ahead (none once dropped), its token's cost, its load and catch-up, spread over what
-        its policy allows; a probe where it is on trial, or loaded and losing but a clear win may be back."""
-        if self.policy is not None and self.policy.dropped:
-            return NOTHING
-        survival = self.acceptance.survival(k_max)
+        """Its acceptance ahead, its token's cost, its load and catch-up, spread over what its policy allows (none
+        once dropped); a probe where it is on trial, or loaded and losing but a clear win may be back."""
         if cost is None:
-            return Offer(survival)
-        setup = self._setup_seconds(ctx, cost)
-        self._probe = self._probe_kind(ctx, room, cost, setup)
-        probe = {"trial": min(TRIAL_K, room), "probe": 1}.get(self._probe or "", 0)
-        return Offer(survival, cost.draft_step, setup, self._horizon(ctx, room, cost), probe)
+            return Offer(self.acceptance.survival(k_max))
+        loaded, answer = self.loaded is not None, len(ctx) - self._answer_start
+        terms = (
+            self.policy.terms(cost, answer=answer, room=room, loaded=loaded, alpha=self.acceptance.alpha)
+            if self.policy is not None
+            else Terms(0.0, room, trial=False)
+        )
+        if terms is None:
+            return NOTHING
+        setup = terms.load + self._catch_up(ctx) * cost.draft_prefill_token
+        self._probe = "trial" if terms.trial else self._recheck(room, cost, setup)
+        probe = {"trial": min(TRIAL_K, room), "recheck": 1}.get(self._probe or "", 0)
+        return Offer(self.acceptance.survival(k_max), cost.draft_step, setup, terms.horizon, probe)
 
-    def _horizon(self, ctx: list[int], room: int, cost: CostModel) -> int:
-        """The tokens its setup is amortized over, as its policy says (0: it may not be loaded now)."""
-        policy = self.policy
-        if policy is None:
-            return room
-        horizon = policy.horizon(len(ctx) - self._answer_start, room, self.loaded is not None)
-        if self.loaded is None and not policy.may_load(cost, alpha=self.acceptance.alpha, room=horizon):
-            return 0
-        return horizon
-
-    def _setup_seconds(self, ctx: list[int], cost: CostModel) -> float:
-        """Its load where it was not loaded yet (as its policy prices it), and its catch-up on ctx."""
+    def _catch_up(self, ctx: list[int]) -> int:
+        """The tokens its cache is behind ctx (the last is decoded anyway, as part of the first draft)."""
         cached = self.loaded.tokens if self.loaded is not None else []
         if cached != ctx[: len(cached)]:
             cached = []  # a different context: llama.cpp keeps the common prefix, the estimate errs high
-        behind = len(ctx) - 1 - len(cached)  # the last token is decoded anyway, as part of the first draft
-        load = self.policy.priced_load(cost) if self.loaded is None and self.policy is not None else 0.0
-        return load + max(behind, 0) * cost.draft_prefill_token
+        return max(len(ctx) - 1 - len(cached), 0)
 
-    def _probe_kind(self, ctx: list[int], room: int, cost: CostModel, setup: float) -> str | None:
-        """ "trial": a trial round is due (TRIAL_K tokens whatever its price); "probe": loaded, it has lost a
-        while and a clear win may be back (one token: a probe never loads it); None: neither."""
-        if (
-            self.trial_rounds > 0
-            and self.policy is not None
-            and len(ctx) - self._answer_start >= self.policy.min_answer
-        ):
-            return "trial"
-        if self.loaded is None or self._since < self.probe_every or not clear_win(cost, room=room, setup=setup):
+    def _recheck(self, room: int, cost: CostModel, setup: float) -> str | None:
+        """ "recheck" where, loaded, it has lost a while and a clear win may be back (one token: a recheck never
+        loads it); None otherwise."""
+        if self.loaded is None or self._since < self.recheck_every or not clear_win(cost, room=room, setup=setup):
             return None
-        return "probe"
+        return "recheck"
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         out: list[int] = []
@@ -238,7 +191,8 @@ class DraftModelDrafter(Drafter):
             if self.cost is not None and n == 1:
                 self.cost.observe_draft(seconds)
             elif n >= _CATCH_UP:
-                self.realized.catch_up += seconds
+                if self.policy is not None:
+                    self.policy.caught_up(seconds)
                 if self.cost is not None:
                     self.cost.observe_draft_prefill(seconds / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
@@ -256,13 +210,27 @@ class DraftModelDrafter(Drafter):
         if not mine:
             self._since += 1
             return
-        if self.cost is not None:  # the round's time against the target alone's for the same tokens
-            self.realized.add(self.clock() - self._round_start, (verdict.accepted + 1) * self.cost.alone)
-            if self.policy is not None:
-                self.policy.judge(self.realized)
-        if verdict.probe and self._probe == "trial":
-            self.trial_rounds -= 1
-        elif verdict.probe and self.cost is not None:
+        trial = verdict.probe and self._probe == "trial"
+        if self.policy is not None and self.cost is not None:  # the round's time against the target alone's
+            seconds, alone = self.clock() - self._round_start, (verdict.accepted + 1) * self.cost.alone
+            self.policy.drafted(seconds, alone, trial=trial)
+        if verdict.probe and not trial and self.cost is not None:  # a recheck: back off while it loses
             won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_step)[0] > 0
-            self.probe_every = 8 if won else min(2 * self.probe_every, 256)
+            self.recheck_every = 8 if won else min(2 * self.recheck_every, 256)
         self._since = 0
+
+
+def drafters(
+    model: Model | Callable[[], Model],
+    cost: CostModel | None,
+    *,
+    policy: DraftPolicy | None,
+    path: Path | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[Drafter]:
+    """The draft model's drafters for a session (DraftModelDrafter's arguments): none where its `policy` skips
+    it, else it and what the policy measures beside it (DraftPolicy.probes)."""
+    if policy is not None and policy.choice == "skip":
+        return []
+    drafter = DraftModelDrafter(model, cost, policy=policy, path=path, clock=clock)
+    return [drafter, *(policy.probes() if policy is not None else [])]

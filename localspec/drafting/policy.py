@@ -21,16 +21,15 @@ Whether a draft model drafts here, and when, is decided here and nowhere else:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
+from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.costs import PROBE_ROWS, CostModel, amortized, best_k
 
-if TYPE_CHECKING:
-    from localspec.drafting.draft_model import Realized
-
-PROBE_ALPHA = 0.9  # the acceptance a draft model is judged at where nothing says what the text is like
+ASSUMED_ALPHA = 0.9  # the acceptance a draft model is judged at where nothing says what the text is like
 # How much faster than the target alone a draft model must promise to be loaded before it has drafted here (a
 # clear win): the prior's costs are bounds and guesses, a one-token cost measured just after a load reads high,
 # and its rounds cost Python time the curve leaves out (docs/benchmarks.md, "The draft model's policy").
@@ -206,7 +205,7 @@ def by_size(cost: CostModel, bound: float) -> CostModel:
     )
 
 
-def promise(cost: CostModel, *, alpha: float = PROBE_ALPHA, room: int = 16, setup: float = 0.0) -> float:
+def promise(cost: CostModel, *, alpha: float = ASSUMED_ALPHA, room: int = 16, setup: float = 0.0) -> float:
     """A draft model's promised speedup over the target alone at acceptance `alpha` (amortizing `setup` seconds
     over `room` tokens), over WIN_MARGIN: above 1 it promises a clear win; 0 where no k wins at all."""
     survival = [alpha**j for j in range(1, min(room, DRAFT_MAX_K) + 1)]
@@ -238,31 +237,80 @@ def try_estimate(bound: float, cost: CostModel, load: float) -> float:
 
 
 @dataclass
-class DraftPolicy:
-    """One session's policy on one draft model: its choice, and what each answer asks of it (see the module).
+class Realized:
+    """What the draft model's rounds took (`seconds`, its catch-ups included: `catch_up` of them) against what
+    the target alone would have taken for the same tokens (`alone`: a one-token decode each)."""
 
-    `bound` is its size bound (target decodes a draft token costs at least); `target_load` the seconds the
-    target's load took here (what its first load is estimated from, where none was measured: `priced_load`);
-    `load_seconds` what its load took, once it loaded."""
+    seconds: float = 0.0
+    alone: float = 0.0
+    rounds: int = 0
+    catch_up: float = 0.0
+
+    def add(self, seconds: float, alone: float) -> None:
+        self.seconds, self.alone, self.rounds = self.seconds + seconds, self.alone + alone, self.rounds + 1
+
+    def speedup(self) -> float | None:
+        """Its rounds' realized speedup over the target alone for their tokens, once there are JUDGED_ROUNDS of
+        them (None before): what drafting on would give, the catch-ups and the load paid before being sunk (the
+        planner prices those in each answer)."""
+        if self.rounds < JUDGED_ROUNDS:
+            return None
+        return self.alone / max(self.seconds - self.catch_up, 1e-9)
+
+    @property
+    def losing(self) -> bool:
+        """Whether its rounds, judged, lose clearly: below DROP_SPEEDUP of the target alone's speed."""
+        speedup = self.speedup()
+        return speedup is not None and speedup < DROP_SPEEDUP
+
+
+class Terms(NamedTuple):
+    """What the policy allows the draft model's offer now: the seconds of its load priced into its setup, the
+    tokens its setup is spread over (0: it may not be loaded now), and whether a trial round is due (TRIAL_K
+    tokens whatever their price)."""
+
+    load: float
+    horizon: int
+    trial: bool
+
+
+@dataclass
+class DraftPolicy:
+    """One session's policy on one draft model: its choice, what each answer's offers may hold, and the session's
+    evidence, which its drafter reports (see the module).
+
+    `bound` is its size bound (target decodes a draft token costs at least); `cost` the session's cost model,
+    priced for it by `decide` (a copy: the one `decide` is handed is left as it was); `target_load` the seconds
+    the target's load took here (what its first load is estimated from, where none was measured)."""
 
     draft_key: str
     name: str
     choice: Choice
     kept: Kept
     bound: float
+    cost: CostModel
     target_load: float = 0.0
     notes: list[str] = field(default_factory=list)
-    load_seconds: float = 0.0
-    dropped: bool = False  # its realized rounds lost in this session: it drafts no more
     min_answer: int = MIN_ANSWER  # how long an answer must be before its trial rounds (a named one's: 0)
+    # the session's evidence, as its drafter reports it
+    load_seconds: float = 0.0  # what its load took, once it loaded
+    realized: Realized = field(default_factory=Realized)  # its rounds against the target alone's time
+    learned: float | None = None  # the agreement its rounds showed (draft_model.Acceptance.learned)
+    answers: list[int] = field(default_factory=list)  # each answer's tokens
+    dropped: bool = False  # its realized rounds lost in this session: it drafts no more
+    trials: int = field(init=False)  # trial rounds left (TRIAL_K tokens whatever their price, to be measured)
+
+    def __post_init__(self) -> None:
+        self.trials = TRIAL_ROUNDS if self.choice in ("try", "named") else 0
 
     @classmethod
     def decide(
         cls, draft_key: str, name: str, kept: Kept, cost: CostModel, *, bound: float, loaded_in: float, named: bool
     ) -> DraftPolicy:
-        """The session's choice (see the module), and what it says to the user. Nothing is measured for it;
+        """The session's choice (see the module), and what it says to the user. Nothing is measured for it; its
         `cost` is priced at the size bound where the draft model drafts before its costs are measured."""
         decision, measured, ratio = kept.decision, kept.measured and cost.measured, bound / SIZE_MARGIN
+        cost = copy.deepcopy(cost)
         if measured:
             kept.price(cost)
         may_win = not cost.measured or clear_win(by_size(cost, bound))  # a first run: its answer prices it
@@ -290,9 +338,13 @@ class DraftPolicy:
         if choice == "try" or (choice != "skip" and not measured):  # priced by its size until it drafts
             cost.guess_draft(ratio)
         start = 0 if named else MIN_ANSWER
-        return cls(draft_key, name, choice, kept, bound, target_load=loaded_in, notes=notes, min_answer=start)
+        return cls(draft_key, name, choice, kept, bound, cost, target_load=loaded_in, notes=notes, min_answer=start)
 
-    # What an answer asks of it (DraftModelDrafter).
+    def probes(self) -> list[Drafter]:
+        """The drafters measuring what its choice needs beside it: an explored one's batch probe."""
+        return [BatchProbe(self)] if self.choice == "explore" else []
+
+    # What an answer asks of it (DraftModelDrafter), in one call.
 
     @property
     def agreement(self) -> float:
@@ -302,78 +354,130 @@ class DraftPolicy:
         kept = self.kept.agreement or 1.0
         return kept + (1.0 - kept) * min(self.kept.decision.runs / FORGET_RUNS, 1.0) if kept < 1 else kept
 
-    @property
-    def trial_rounds(self) -> int:
-        """Rounds it drafts TRIAL_K tokens whatever its price, to be measured: a try's, a named one's."""
-        return TRIAL_ROUNDS if self.choice in ("try", "named") else 0
+    def terms(self, cost: CostModel, *, answer: int, room: int, loaded: bool, alpha: float) -> Terms | None:
+        """What its offer may hold now, `answer` tokens into the answer with `room` left, at the acceptance
+        `alpha` its drafter predicts (Terms; None once dropped).
 
-    def priced_load(self, cost: CostModel) -> float:
-        """The seconds of its load priced into its first draft: what its last load took here, else an estimate
-        from the target's (`load_estimate`, as this answer's curve says how compute-bound the machine is); none
-        once loaded, or for a named one (the user's choice)."""
-        if self.choice == "named" or self.load_seconds:
-            return 0.0
-        return self.kept.load_or_estimate(cost, self.bound / SIZE_MARGIN, self.target_load)
-
-    def horizon(self, answer: int, room: int, loaded: bool) -> int:
-        """The tokens its setup is amortized over: not loaded yet, the rest of the answer as this pair's answers
-        were long before, or at least as long as the answer so far (ski rental: loaded once it would have repaid
-        its load and catch-up on the tokens so far, so a short answer never pays for it and a long one loses at
-        most that), and none before SEEN_TOKENS of the answer have shown how sure the target is of it; loaded,
-        or named, the room left."""
-        if loaded or self.choice == "named":
-            return room
-        if answer < SEEN_TOKENS:  # what the text is like (the target's confidence) is not known yet
-            return 0
-        return min(room, max(answer, round(self.kept.answer or 0) - answer))
-
-    def may_load(self, cost: CostModel, *, alpha: float, room: int) -> bool:
-        """Whether it may be offered before it is loaded (its setup is then the planner's to amortize): an
-        exploration only once this answer has measured a small batch (the batch probe, a copy) and where it then
-        promises a clear win over `room` tokens at the acceptance this answer predicts; never once dropped."""
+        Its load is priced into its setup as its last load took here, else as estimated from the target's (none
+        once loaded, or for a named one: the user's choice). Not loaded yet, its setup is spread over the rest of
+        the answer as this pair's answers were long before, or at least the answer so far (ski rental: loaded
+        once it would have repaid its load and catch-up on the tokens so far, so a short answer never pays for it
+        and a long one loses at most that), and it is not offered before SEEN_TOKENS of the answer showed how
+        sure the target is of it, nor as an exploration before this answer measured a small batch (the batch
+        probe, a copy) and it then promises a clear win over that horizon."""
         if self.dropped:
-            return False
-        measured = any(2 <= n <= PROBE_ROWS for n in cost.verify)  # a small batch's cost, not a guess of it
-        return self.choice != "explore" or (measured and clear_win(cost, alpha=alpha, room=room))
+            return None
+        named = self.choice == "named"
+        load = (
+            0.0
+            if loaded or named or self.load_seconds
+            else self.kept.load_or_estimate(cost, self.bound / SIZE_MARGIN, self.target_load)
+        )
+        if loaded or named:
+            horizon = room
+        elif answer < SEEN_TOKENS:  # what the text is like (the target's confidence) is not known yet
+            horizon = 0
+        else:
+            horizon = min(room, max(answer, round(self.kept.answer or 0) - answer))
+            small_batch = any(2 <= n <= PROBE_ROWS for n in cost.verify)  # measured, not a guess
+            if self.choice == "explore" and not (small_batch and clear_win(cost, alpha=alpha, room=horizon)):
+                horizon = 0
+        return Terms(load, horizon, self.trials > 0 and answer >= self.min_answer)
 
-    def judge(self, realized: Realized) -> None:
-        """After its own rounds: an explored or tried draft model whose realized rounds lose is dropped."""
-        if self.choice in ("explore", "try") and realized.losing:
+    # The evidence its drafter reports.
+
+    def loaded(self, seconds: float) -> None:
+        """Its load took `seconds`."""
+        self.load_seconds += seconds
+
+    def caught_up(self, seconds: float) -> None:
+        """A catch-up of its cache took `seconds` (within its rounds)."""
+        self.realized.catch_up += seconds
+
+    def drafted(self, seconds: float, alone: float, *, trial: bool) -> None:
+        """One of its rounds took `seconds` where the target alone would have taken `alone` (a `trial` round:
+        one less due). An explored or tried draft model whose realized rounds lose is dropped."""
+        self.realized.add(seconds, alone)
+        if self.choice in ("explore", "try") and self.realized.losing:
             self.dropped = True
+        if trial:
+            self.trials -= 1
+
+    def answered(self, tokens: int, learned: float | None) -> None:
+        """An answer ended, `tokens` long (0: none drafted for), its agreement so far `learned`."""
+        if tokens:
+            self.answers.append(tokens)
+        self.learned = learned
 
     # Settling a session.
 
-    def settle(
-        self,
-        cost: CostModel,
-        realized: Realized | None,
-        agreement: float | None,
-        seconds: float,
-        answers: Sequence[int] = (),
-    ) -> Kept:
-        """Fold the finished session into what is kept: the user spent `seconds` on it, the draft model's rounds
-        took what `realized` says against the target alone, its acceptance learned `agreement`, its `answers`
-        were so many tokens long. Once only."""
-        kept, loaded = self.kept, self.load_seconds > 0
-        for n in answers:
+    def settle(self, cost: CostModel, seconds: float) -> Kept:
+        """Fold the finished session into what is kept: the user spent `seconds` on it; its evidence says what the
+        draft model's rounds took against the target alone, the agreement they showed and its answers' lengths.
+        Once only."""
+        kept, loaded, realized = self.kept, self.load_seconds > 0, self.realized
+        for n in self.answers:
             kept.answer = n if kept.answer is None else (1 - ANSWER_DECAY) * kept.answer + ANSWER_DECAY * n
         known = cost.draft > 0 and not cost.draft_guessed  # measured here, now or by a run before
         if known:
             kept.draft, kept.draft_prefill = cost.draft, cost.draft_prefill
-        speedup = realized.speedup() if realized is not None and loaded else None
+        speedup = realized.speedup() if loaded else None
         promised = promise(cost) if loaded and known and cost.measured else None  # no evidence unless loaded
-        lost = max(realized.seconds + self.load_seconds - realized.alone, 0.0) if realized and loaded else 0.0
+        lost = max(realized.seconds + self.load_seconds - realized.alone, 0.0) if loaded else 0.0
         kept.decision.settle(
             self.choice if loaded and self.choice != "named" else "use" if loaded else "skip",
             margin=speedup if speedup is not None else promised,
             seconds=seconds,
             lost=lost,
         )
-        if agreement is not None and realized is not None and realized.rounds:  # evidence accumulates
-            kept.agreement = agreement if kept.agreement is None else (kept.agreement + agreement) / 2
+        if self.learned is not None and realized.rounds:  # evidence accumulates
+            kept.agreement = self.learned if kept.agreement is None else (kept.agreement + self.learned) / 2
         if loaded:
             kept.load = self.load_seconds
         return kept
+
+
+class BatchProbe(Drafter):
+    """What a small batch costs here, measured once before a draft model is explored for it.
+
+    Whether a draft model can win turns on what verifying a few tokens at once costs against one: on a GPU about
+    the same, on a CPU nearly as much as decoding them one by one, and a prefill (hundreds of tokens, logits at one
+    row) says little of it. Where the kept curve does not know them, it probes: it proposes the last token again
+    so that a batch of 2 rows and one of PROBE_ROWS are verified, once each. The target keeps a guessed token only
+    where it is the target's own, so the text is unchanged, and the batches' times teach the curve (about one extra
+    decode, once per machine) and tell a compute-bound machine from the Metal backend's dearer 2-row shape
+    (CostModel.compute_share)."""
+
+    name = "batch_probe"
+
+    def __init__(self, policy: DraftPolicy) -> None:
+        self.policy = policy
+        self.done: set[int] = set()  # the batch sizes it measured
+        self._answer_start, self._offered = 0, 1
+
+    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
+        self._answer_start = prompt_len
+
+    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
+        self._offered = self._rows(ctx, room, cost)
+        return Offer(probe=self._offered - 1)
+
+    def _rows(self, ctx: list[int], room: int, cost: CostModel | None) -> int:
+        """The batch to measure now (1: none)."""
+        wanted = cost is not None and self.policy.choice == "explore" and not self.policy.dropped and 1 in cost.verify
+        # after the answer's first tokens: the first decodes after a load run slow, and the text is seen by then
+        if not wanted or room < PROBE_ROWS - 1 or len(ctx) - self._answer_start < SEEN_TOKENS:
+            return 1
+        assert cost is not None
+        # the smaller first: each is then beyond the largest measured, taken as is
+        return next((n for n in (2, PROBE_ROWS) if n not in cost.verify and n not in self.done), 1)
+
+    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
+        return ctx[-1:] * k
+
+    def accept(self, ctx: list[int], verdict: Verdict) -> None:
+        if verdict.by is self:  # measured, or cut by a grammar: asked once either way
+            self.done.add(self._offered)
 
 
 def draft_ratio(cost: CostModel) -> str:
@@ -383,7 +487,7 @@ def draft_ratio(cost: CostModel) -> str:
 def cannot_win(why: str) -> str:
     """What is said of a draft model left out because it cannot win here."""
     return (
-        f"not loaded: here it cannot beat the target alone by {WIN_MARGIN:.2f}x even at {PROBE_ALPHA:.0%} "
+        f"not loaded: here it cannot beat the target alone by {WIN_MARGIN:.2f}x even at {ASSUMED_ALPHA:.0%} "
         f"acceptance ({why})"
     )
 
@@ -399,6 +503,7 @@ def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
         if not clear_win(by_size(cost, bound)):
             return cannot_win(f"by its size a draft token costs at least {bound:.2f} target decodes")
         return "not measured yet: the next answer it may clearly win loads it"
+    cost = copy.deepcopy(cost)
     kept.price(cost)
     if decision.uses:
         return f"used where it wins ({draft_ratio(cost)}); its cache catches up only when it drafts"

@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from localspec.api import COPIER, CostModel, LocalSpec, RunConfig, SamplerSettings, Stats, requantize, run_config
+from localspec.api import LocalSpec, RunConfig, SamplerSettings, Stats, run_config
 from localspec.errors import LocalspecError
 from localspec.files import write_json
 from localspec.frontends.generate import loading
+from localspec.machine import COPIER, CostModel, lookup_reference, measure_costs, requantize
 
 
 @dataclass(frozen=True)
@@ -310,7 +311,7 @@ def run_bench(
                 t0 = time.perf_counter()
                 stats, steps = (
                     Stats(),
-                    alone.lookup_reference(prompt, max_tokens=max_tokens, sampler=sampler, seed=seed),
+                    lookup_reference(alone, prompt, max_tokens=max_tokens, sampler=sampler, seed=seed),
                 )
                 load = time.perf_counter() - t0
                 run = _Timed(_counted(steps, stats))
@@ -467,7 +468,7 @@ def bench_command(
     )
     with loading("loading the clock and measuring this machine's decode costs…"):
         alone = LocalSpec.from_config(replace(cfg, no_draft=True))  # the clock every run is timed against
-        cost = alone.measure_costs(cfg)  # what the rows are priced with: the pair's
+        cost = measure_costs(alone, cfg)  # what the rows are priced with: the pair's
     runs = len(rows) * (repeat * len(chosen) + int(lookup))  # the prompt-lookup reference: one run a prompt
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench", total=runs)

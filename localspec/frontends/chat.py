@@ -16,7 +16,6 @@ from prompt_toolkit.completion import NestedCompleter
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
-from localspec.api import SamplerSettings
 from localspec.errors import LocalspecError
 from localspec.files import atomic_file
 from localspec.frontends.conversation import Conversation, Session, find_session, saved_sessions
@@ -120,7 +119,7 @@ class Repl:
             if last.acceptance_rate is not None:
                 tail += f", acceptance {last.acceptance_rate:.0%}"
         k = conv.spec.k
-        temperature = conv.sampler.temperature if conv.sampler else 0.0
+        temperature = conv.sampler.temperature
         return f" {conv.spec.pair} · k={'auto' if k is None else k} · T={temperature:g}{tail} "
 
     def run(self) -> None:
@@ -236,7 +235,7 @@ def _set(repl: Repl, arg: str) -> None:
     elif name == "seed":
         conv.seed = int(value)  # type: ignore[arg-type]
     else:
-        conv.sampler = dataclasses.replace(conv.sampler or SamplerSettings(), **{name: value})  # type: ignore[arg-type]
+        conv.sampler = dataclasses.replace(conv.sampler, **{name: value})  # type: ignore[arg-type]
     repl._say(f"{name} = {value if isinstance(value, str) else format(value, 'g')}")
 
 

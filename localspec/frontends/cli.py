@@ -453,7 +453,7 @@ def bench(
 @app.command()
 def doctor(
     seconds: Annotated[
-        float, typer.Option("--seconds", min=0.5, max=60, help="Length of each model's speed probe.")
+        float, typer.Option("--seconds", min=0.5, max=60, help="Length of each model's speed test.")
     ] = 3.0,
     threads: Threads = default("threads"),
     recalibrate: Annotated[

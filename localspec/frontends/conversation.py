@@ -106,13 +106,12 @@ def find_session(name: str) -> Path:
 
 @dataclass
 class Conversation:
-    """Messages and the loaded pair that answers them, with the conversation's own sampler settings and seed
-    (None: the pair's loaded defaults, and a seed drawn once for the conversation)."""
+    """Messages and the loaded pair that answers them, with the conversation's own sampler settings (the pair's
+    loaded ones to start with, changed by /set) and seed (None: the pair's, else one drawn for the conversation)."""
 
     spec: LocalSpec
     system: str | None = None
     max_tokens: int = default("max_tokens", "chat")
-    sampler: SamplerSettings | None = None
     seed: int | None = None
     response_format: dict | None = None  # OpenAI's: every reply follows it (a JSON schema, say)
     prediction: str | None = None  # text the next reply is expected to repeat (used once)
@@ -122,10 +121,10 @@ class Conversation:
     notices: list[str] = field(default_factory=list)  # one-line messages for the user (e.g. turns dropped)
     last: Stats | None = None  # the last reply's figures
     start: int = 0  # the first message the model is shown (older ones stay in the conversation, not in the window)
+    sampler: SamplerSettings = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.sampler is None:
-            self.sampler = self.spec.config.sampler
+        self.sampler = self.spec.config.sampler
         if self.seed is None:
             self.seed = self.spec.config.seed if self.spec.config.seed is not None else secrets.randbelow(2**31)
 

@@ -1,9 +1,8 @@
-"""`localspec doctor`: the llama.cpp build, the models here, the default pair, and a speed probe."""
+"""`localspec doctor`: the llama.cpp build, the models here, the default pair, and a speed test."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from localspec.api import RunConfig
 from localspec.errors import LocalspecError
 from localspec.machine import (
     EXACT_BUILD,
@@ -15,14 +14,15 @@ from localspec.machine import (
     gpu_layers,
     learned_costs,
     llamafile_built,
+    pair_config,
     recalibrate_pair,
     speed,
 )
 
 
-def learned_curve(target: Path, draft: Path, threads: int) -> str:
-    """The verify costs `generate` uses here (default settings), one line: what the probe is compared with."""
-    cost = learned_costs(target, draft, threads)
+def learned_curve(cfg: RunConfig) -> str:
+    """The verify costs `generate` uses here with cfg, one line: what the speed test is compared with."""
+    cost = learned_costs(cfg)
     if cost is None:
         return "learned costs: none yet"
     sizes = ", ".join(f"{n}: {cost.verify_cost(n) * 1e3:.0f}" for n in (1, 2, 4, 8, 16, 32, 64))
@@ -70,16 +70,17 @@ def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> Non
             + (f"{e.info.architecture} {e.info.quantization}, {e.role}" if e.info else e.problem)
         )
     t_model, d_model = default_pair()
-    n_threads = threads or default_threads()
+    cfg = pair_config(threads)
+    n_threads = cfg.threads or default_threads()
     try:
         t, d = resolve(t_model.name), resolve(d_model.name)
         problem = mismatch(t, d)
         print(f"default pair {t_model.name} + {d_model.name}: {problem if problem else 'compatible'}")
         if recalibrate and not problem:
-            recalibrate_pair(n_threads)
+            recalibrate_pair(cfg)
             print("recalibrated: the learned costs were replaced by a fresh measurement")
-        print(f"draft model here: {draft_verdict(t, d, n_threads)}")
-        print(learned_curve(t, d, n_threads))
+        print(f"draft model here: {draft_verdict(cfg)}")
+        print(learned_curve(cfg))
     except LocalspecError as e:
         print(f"default pair: {e}")
     for entry in [e for e in entries if e.info]:
