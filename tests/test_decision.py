@@ -243,3 +243,20 @@ def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     store.settle(tkey, cost, unloaded, 2.0)
     assert unloaded.kept.decision.uses and unloaded.kept.decision.runs == 1  # nothing new about the draft model
     assert json.loads((tmp_path / "costs.json").read_text())[tkey]["agreement"] == entry["agreement"]
+
+
+@pytest.mark.parametrize("kept", [Kept(), Kept(draft=0.02, draft_prefill=0.004), Kept(DraftDecision(margin=0.9))])
+@pytest.mark.parametrize("named", [False, True])
+def test_deciding_prices_a_copy_and_leaves_the_cost_model_it_is_handed(kept: Kept, named: bool) -> None:
+    """Whatever it chooses, the policy prices its own copy of the cost model (measured costs, or a guess by the
+    draft's size) and never changes the one it is handed."""
+    import copy
+
+    from localspec.drafting.costs import CostModel
+
+    for curve in ({}, {1: 0.05, 2: 0.06, 4: 0.07}):
+        cost = CostModel(dict(curve))
+        before = copy.deepcopy(cost)
+        policy = DraftPolicy.decide("d", "d.gguf", kept, cost, bound=0.2, loaded_in=1.0, named=named)
+        assert cost == before and policy.cost is not cost
+        assert not curve or policy.choice == "skip" or policy.cost.draft_step > 0  # priced where it may draft

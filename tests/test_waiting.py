@@ -11,13 +11,13 @@ from conftest import assert_same_tokens, run_cli
 from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Request
-from localspec.decoding.loader import RunConfig, default_threads, draft_drafter, load_engine
+from localspec.decoding.loader import RunConfig, default_threads, draft_drafter, load_engine, store_keys
 from localspec.drafting import store
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
 from localspec.drafting.policy import DraftDecision, clear_win, promise
 from localspec.frontends.conversation import Conversation
-from localspec.machine import draft_verdict
+from localspec.machine import draft_verdict, pair_config
 
 GREEDY = SamplerSettings(temperature=0)
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes
@@ -51,8 +51,14 @@ def test_a_draft_model_that_cannot_win_is_never_loaded(
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     _write_costs(tmp_path, target_path, draft_path, CPU_CURVE, draft_token=0.021, ctx=ctx)
     written = (tmp_path / "costs.json").read_text()
-    engine, policy = load_engine(RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0))
+    cfg = RunConfig(sampler=GREEDY, ctx=ctx, gpu_layers=0, draft_gpu_layers=0)
+    engine, policy = load_engine(cfg)
     assert json.loads((tmp_path / "costs.json").read_text()).keys() == json.loads(written).keys()  # nothing measured
+    assert store_keys(cfg)[0] == store.model_key(engine.target)  # the key doctor reads is the one the loader used
+    config = tmp_path / "config.toml"
+    config.write_text(f"ctx = {ctx}\ngpu_layers = 0\ndraft_gpu_layers = 0\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    assert store_keys(pair_config()) == store_keys(cfg) and draft_verdict(pair_config()).startswith("not loaded")
     assert draft_drafter(engine) is None and [d.name for d in engine.drafters] == ["copier", "recall"]
     assert policy is not None and any("not loaded" in note for note in policy.notes)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\n# add(2, 3) ==")
