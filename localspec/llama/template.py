@@ -12,6 +12,7 @@ import contextlib
 import json
 import re
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import jinja2
@@ -60,46 +61,79 @@ def chat_tokens(
     if tools and not supports_tools(model):
         raise Unsupported(f"{model.name}'s chat template has no tool calls in a format localspec reads", "tools")
     plain = [_for_template(m) for m in messages]
-    nonce = secrets.token_hex(8)  # letters and digits only: a marker that survives a template's escaping (tojson)
-    texts: list[str] = []
-    contents: dict[int, int] = {}  # the slot of each message's content
-
-    def slotted(value: Any, wrap: bool, data: bool = False) -> Any:
-        """`value` with each non-empty text in it a marker (`wrap`: the text between two markers); in `data` (a
-        call's arguments, a tool's parameters) the keys too."""
-        if isinstance(value, str) and value:
-            i = len(texts) if not wrap else next(counter)
-            if not wrap:
-                texts.append(value)
-            return f"lsb{nonce}n{i}e{value}lse{nonce}n{i}e" if wrap else f"lsslot{nonce}n{i}e"
-        if isinstance(value, dict):
-            return {
-                slotted(k, wrap) if data else k: v
-                if k in _STRUCTURE and not data
-                else slotted(v, wrap, data or k in _DATA)
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [slotted(v, wrap, data) for v in value]
-        return value
-
-    skeleton_messages = []
+    slots, contents, skeleton_messages = _Slots(), {}, []  # contents: the slot of each message's content
     for index, m in enumerate(plain):
         if isinstance(m.get("content"), str) and m["content"]:
-            contents[index] = len(texts)
-        skeleton_messages.append(slotted(m, wrap=False))
-    skeleton_tools = [slotted(t, wrap=False) for t in tools or []]  # a tool's name, description, parameters: text
-    skeleton = _render(fmt, skeleton_messages, skeleton_tools)
-    parts = re.split(f"lsslot{nonce}n(\\d+)e", skeleton)
+            contents[index] = len(slots.texts)
+        skeleton_messages.append(slots.marked(m))
+    skeleton = _render(fmt, skeleton_messages, [slots.marked(t) for t in tools or []])  # tools' texts too
+    parts = re.split(f"lsslot{slots.nonce}n(\\d+)e", skeleton)
     shown = parts[1::2]
     if len(set(shown)) != len(shown):
         raise Unsupported(f"{model.name}'s chat template repeats message text", "messages")
+    written = _written(fmt, slots, parts, plain, tools)
+    own = {
+        slot: messages[index]["tokens"]
+        for index, slot in contents.items()
+        if written.get(slot) == slots.texts[slot] and "tokens" in messages[index]
+    }
+    tokens: list[int] = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            tokens += model.tokenize(part, special=True) if part else []
+        elif int(part) in own:
+            tokens += own[int(part)]
+        else:  # the text as the template writes it (escaped, say): plain text, never control tokens
+            tokens += model.tokenize(written[int(part)], special=False)
+    return tokens
+
+
+class _Slots:
+    """The texts of a conversation, each replaced by a marker (`marked`), or wrapped between two (`wrapped`, in
+    the same order): letters and digits only, so a marker survives a template's escaping (tojson)."""
+
+    def __init__(self) -> None:
+        self.nonce = secrets.token_hex(8)
+        self.texts: list[str] = []
+        self._wrapped = 0
+
+    def marked(self, value: Any, data: bool = False) -> Any:
+        """`value` with each non-empty text in it a marker, its text kept in `texts`; in `data` (a call's
+        arguments, a tool's parameters) the keys too."""
+        if isinstance(value, str) and value:
+            self.texts.append(value)
+            return f"lsslot{self.nonce}n{len(self.texts) - 1}e"
+        return self._each(value, data, self.marked)
+
+    def wrapped(self, value: Any, data: bool = False) -> Any:
+        """`value` with each non-empty text between two markers of its slot."""
+        if isinstance(value, str) and value:
+            i, self._wrapped = self._wrapped, self._wrapped + 1
+            return f"lsb{self.nonce}n{i}e{value}lse{self.nonce}n{i}e"
+        return self._each(value, data, self.wrapped)
+
+    @staticmethod
+    def _each(value: Any, data: bool, slot: Callable[[Any, bool], Any]) -> Any:
+        if isinstance(value, dict):
+            return {
+                slot(k, False) if data else k: v if k in _STRUCTURE and not data else slot(v, data or k in _DATA)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [slot(v, data) for v in value]
+        return value
+
+
+def _written(
+    fmt: Jinja2ChatFormatter, slots: _Slots, parts: list[str], plain: list[dict], tools: list[dict] | None
+) -> dict[int, str]:
+    """Each slot's text as the template writes it in the whole rendering: the text itself (or trimmed), else what
+    the template writes between its two markers (a template that escapes text)."""
     whole = _render(fmt, plain, tools)
-    written = _aligned(parts, {i: texts[int(i)] for i in shown}, whole)  # the texts as they are, or trimmed
-    if written is None:  # the template transforms text (escapes it): what it writes between two markers
-        counter = iter(range(len(texts)))
-        wrapped_messages = [slotted(m, wrap=True) for m in plain]
-        wrapped = _render(fmt, wrapped_messages, [slotted(t, wrap=True) for t in tools or []])
+    written = _aligned(parts, {i: slots.texts[int(i)] for i in parts[1::2]}, whole)
+    if written is None:
+        wrapped = _render(fmt, [slots.wrapped(m) for m in plain], [slots.wrapped(t) for t in tools or []])
+        nonce = slots.nonce
         found = dict(re.findall(f"lsb{nonce}n(\\d+)e(.*?)lse{nonce}n\\1e", wrapped, flags=re.DOTALL))
         written = _aligned(parts, found, whole)
     if written is None:
@@ -108,17 +142,7 @@ def chat_tokens(
             "localspec cannot keep that text apart from the template's own markup",
             "messages",
         )
-    verbatim = {i for i in written if written[i] == texts[i]}
-    own = {slot: index for index, slot in contents.items() if slot in verbatim and "tokens" in messages[index]}
-    tokens: list[int] = []
-    for i, part in enumerate(parts):
-        if i % 2 == 0:
-            tokens += model.tokenize(part, special=True) if part else []
-        elif int(part) in own:
-            tokens += messages[own[int(part)]]["tokens"]
-        else:  # the text as the template writes it (escaped, say): plain text, never control tokens
-            tokens += model.tokenize(written[int(part)], special=False)
-    return tokens
+    return written
 
 
 _STRUCTURE = ("role", "type", "tokens")  # fields templates branch on: never slotted
