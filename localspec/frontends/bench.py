@@ -274,31 +274,13 @@ def run_bench(
     c = cost.draft_token / cost.verify_cost(1)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    sampler, seed = base.sampler, base.seed or 0
     for p in prompts:
         prompt = alone.tokens(p["prompt"], suffix=p.get("suffix"))
         totals = {st.name: Totals() for st in strategies}
         for r in range(repeat):
             for st in strategies[r % len(strategies) :] + strategies[: r % len(strategies)]:
-                t0 = time.perf_counter()
-                spec = LocalSpec.from_config(st.config(base))
-                load = time.perf_counter() - t0
-                gen = spec.generate(
-                    p["prompt"],
-                    max_tokens=max_tokens,
-                    sampler=sampler,
-                    seed=seed,
-                    response_format=p.get("response_format"),
-                    suffix=p.get("suffix"),
-                )
-                stats = gen.stats
-                run = _Timed(iter(gen))
-                speed = _paired(run, _Clock(alone, p, max_tokens, sampler, seed))
-                stats.wall_seconds = run.seconds - stats.prefill_seconds  # its own steps only
-                totals[st.name].add(stats, load, speed)
-                notes += [n for n in spec.notes if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
-                spec.save_costs()
-                del spec, run, gen  # free the models before the next run loads its own
+                said = _run_strategy(st.config(base), alone, p, totals[st.name], max_tokens=max_tokens)
+                notes += [n for n in said if n.split(" (")[0] not in (m.split(" (")[0] for m in notes)]
                 if progress:
                     progress(f"{p['task']}: {st.name}")
         baseline = totals[strategies[0].name]
@@ -308,24 +290,9 @@ def run_bench(
         ]
         if lookup and not p.get("response_format"):  # llama.cpp's lookup decoding takes no grammar
             try:
-                t0 = time.perf_counter()
-                stats, steps = (
-                    Stats(),
-                    lookup_reference(alone, prompt, max_tokens=max_tokens, sampler=sampler, seed=seed),
+                rows.append(
+                    _row(LOOKUP, p["task"], _run_lookup(alone, prompt, p, base, max_tokens), baseline, 0.0, cost)
                 )
-                load = time.perf_counter() - t0
-                run = _Timed(_counted(steps, stats))
-                speed = _paired(run, _Clock(alone, p, max_tokens, sampler, seed))
-                stats.prompt_tokens, stats.prefill_seconds, stats.wall_seconds = (
-                    len(prompt),
-                    run.first_step or 0.0,
-                    run.paced,
-                )
-                stats.first_token_seconds = stats.prefill_seconds
-                stats.completion_tokens -= 1  # the first token's time is in the prefill
-                ref = Totals()
-                ref.add(stats, load, speed)
-                rows.append(_row(LOOKUP, p["task"], ref, baseline, 0.0, cost))
             except Exception as e:
                 notes.append(f"{LOOKUP} failed on {p['task']}: {type(e).__name__}: {e}")
             if progress:
@@ -338,6 +305,46 @@ def run_bench(
         "verify_costs_seconds": cost.curve(),
         "draft_token_seconds": cost.draft_token,
     }
+
+
+def _run_strategy(cfg: RunConfig, alone: LocalSpec, p: dict[str, Any], totals: Totals, *, max_tokens: int) -> list[str]:
+    """One run of a strategy on prompt `p`, loaded afresh and paired with `alone`'s clock, added to `totals`;
+    what its load said."""
+    sampler, seed = cfg.sampler, cfg.seed or 0
+    t0 = time.perf_counter()
+    spec = LocalSpec.from_config(cfg)
+    load = time.perf_counter() - t0
+    gen = spec.generate(
+        p["prompt"],
+        max_tokens=max_tokens,
+        sampler=sampler,
+        seed=seed,
+        response_format=p.get("response_format"),
+        suffix=p.get("suffix"),
+    )
+    stats = gen.stats
+    run = _Timed(iter(gen))
+    speed = _paired(run, _Clock(alone, p, max_tokens, sampler, seed))
+    stats.wall_seconds = run.seconds - stats.prefill_seconds  # its own steps only
+    totals.add(stats, load, speed)
+    spec.save_costs()
+    return spec.notes  # the models are freed as it returns, before the next run loads its own
+
+
+def _run_lookup(alone: LocalSpec, prompt: list[int], p: dict[str, Any], base: RunConfig, max_tokens: int) -> Totals:
+    """llama-cpp-python's own prompt lookup on prompt `p` (its tokens `prompt`), paired with `alone`'s clock."""
+    sampler, seed = base.sampler, base.seed or 0
+    t0 = time.perf_counter()
+    stats, steps = Stats(), lookup_reference(alone, prompt, max_tokens=max_tokens, sampler=sampler, seed=seed)
+    load = time.perf_counter() - t0
+    run = _Timed(_counted(steps, stats))
+    speed = _paired(run, _Clock(alone, p, max_tokens, sampler, seed))
+    stats.prompt_tokens, stats.prefill_seconds, stats.wall_seconds = len(prompt), run.first_step or 0.0, run.paced
+    stats.first_token_seconds = stats.prefill_seconds
+    stats.completion_tokens -= 1  # the first token's time is in the prefill
+    ref = Totals()
+    ref.add(stats, load, speed)
+    return ref
 
 
 def _fmt(v: float | None, spec: str) -> str:
@@ -420,6 +427,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def chosen_strategies(names: str | None) -> list[Strategy]:
+    """The strategies named (comma-separated; None: all), the target alone always among them: the baseline."""
+    if not names:
+        return STRATEGIES
+    named = [n.strip() for n in names.split(",") if n.strip()]
+    if unknown := [n for n in named if n not in {st.name for st in STRATEGIES}]:
+        known = ", ".join(st.name for st in STRATEGIES)
+        raise LocalspecError(f"--strategies: unknown strategy {unknown[0]!r} (known: {known})")
+    return [st for st in STRATEGIES if st.k == 0 or st.name in named]
+
+
 def bench_command(
     *,
     prompts: Path | None,
@@ -441,17 +459,8 @@ def bench_command(
     flash_attn: bool,
 ) -> None:
     """`localspec bench`: every strategy on every prompt, its table printed (and its figures and plot written)."""
-    chosen = STRATEGIES
-    if strategies:
-        names = [n.strip() for n in strategies.split(",") if n.strip()]
-        if unknown := [n for n in names if n not in {st.name for st in STRATEGIES}]:
-            raise LocalspecError(
-                f"--strategies: unknown strategy {unknown[0]!r} (known: {', '.join(st.name for st in STRATEGIES)})"
-            )
-        chosen = [st for st in STRATEGIES if st.k == 0 or st.name in names]
-    rows = load_prompts(prompts)
-    if requantize:
-        target = str(requantized(target, requantize.upper()))
+    chosen, rows = chosen_strategies(strategies), load_prompts(prompts)
+    target = str(requantized(target, requantize.upper())) if requantize else target
     cfg = run_config(
         target,
         "auto" if draft in COPIER else draft,

@@ -186,6 +186,39 @@ def _read_prompt(prompt: str | None) -> str:
     return prompt
 
 
+# generate's own options
+Raw = Annotated[bool, typer.Option("--raw", help="Plain completion of the text, without the chat template.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (text and stats) instead of streaming.")]
+PredictionFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--prediction",
+        help="A file the answer is expected to repeat (the file being rewritten, say): drafts from it "
+        "make the answer come sooner; the answer itself does not change.",
+    ),
+]
+JsonSchemaFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--json-schema",
+        help="A JSON Schema file: the answer is JSON that validates against it (its fixed parts are drafted).",
+    ),
+]
+GrammarFile = Annotated[
+    Path | None, typer.Option("--grammar", help="A GBNF (llama.cpp's) or Lark grammar file the answer follows.")
+]
+Logprobs = Annotated[
+    int | None,
+    typer.Option(
+        "--logprobs", min=0, max=20, help="With --json: each token's log-probability and this many alternatives."
+    ),
+]
+Suffix = Annotated[
+    str | None,
+    typer.Option("--suffix", help="Fill in the middle: the text that follows the answer (the prompt precedes it)."),
+]
+
+
 @app.command()
 @closed_pipe_exits_141
 @run_options
@@ -195,41 +228,13 @@ def generate(
     max_tokens: MaxTokens = default("max_tokens"),
     stop: Stop = None,
     system: System = None,
-    raw: Annotated[
-        bool, typer.Option("--raw", help="Plain completion of the text, without the chat template.")
-    ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object (text and stats) instead of streaming.")
-    ] = False,
-    prediction: Annotated[
-        Path | None,
-        typer.Option(
-            "--prediction",
-            help="A file the answer is expected to repeat (the file being rewritten, say): drafts from it "
-            "make the answer come sooner; the answer itself does not change.",
-        ),
-    ] = None,
-    json_schema: Annotated[
-        Path | None,
-        typer.Option(
-            "--json-schema",
-            help="A JSON Schema file: the answer is JSON that validates against it (its fixed parts are drafted).",
-        ),
-    ] = None,
-    grammar: Annotated[
-        Path | None,
-        typer.Option("--grammar", help="A GBNF (llama.cpp's) or Lark grammar file the answer follows."),
-    ] = None,
-    logprobs: Annotated[
-        int | None,
-        typer.Option(
-            "--logprobs", min=0, max=20, help="With --json: each token's log-probability and this many alternatives."
-        ),
-    ] = None,
-    suffix: Annotated[
-        str | None,
-        typer.Option("--suffix", help="Fill in the middle: the text that follows the answer (the prompt precedes it)."),
-    ] = None,
+    raw: Raw = False,
+    as_json: AsJson = False,
+    prediction: PredictionFile = None,
+    json_schema: JsonSchemaFile = None,
+    grammar: GrammarFile = None,
+    logprobs: Logprobs = None,
+    suffix: Suffix = None,
 ) -> None:
     """Complete one prompt, streaming text to stdout and a stats line to stderr."""
     from localspec.frontends.generate import run_generate
@@ -374,45 +379,52 @@ def serve(
     serve_forever(cfg, settings)
 
 
+# bench's own options
+BenchPrompts = Annotated[
+    Path | None,
+    typer.Option(
+        "--prompts",
+        help='JSONL file of {"prompt": ..., "task": ..., optional "response_format": OpenAI\'s} (default: the built-in set: code edits, summaries, chats, short prompts, writing code, JSON under a schema).',
+    ),
+]
+JsonOut = Annotated[Path | None, typer.Option("--json", help="Write the raw figures to this JSON file.")]
+PlotOut = Annotated[
+    Path | None, typer.Option("--plot", help="Draw tok/s and acceptance per strategy and task to this PNG.")
+]
+Strategies = Annotated[
+    str | None,
+    typer.Option(
+        "--strategies",
+        help="Comma-separated strategies to run (default: all): target-only, 'draft_model k=2', 'draft_model k=4', 'draft_model k=8', 'copier k=32', auto. The target alone always runs: it is the baseline.",
+    ),
+]
+BenchSeed = Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Random seed of every run.")]
+Repeat = Annotated[
+    int,
+    typer.Option("--repeat", min=1, max=100, help="Rounds per prompt, in rotated order and summed (steadier figures)."),
+]
+NoLookup = Annotated[bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")]
+Requantize = Annotated[
+    str | None,
+    typer.Option(
+        "--requantize",
+        help="Bench the target requantized to Q8_0, F16 or Q6_K (made once beside it, about 20 s, no download): a memory-bound target, where a draft model wins on a CPU.",
+    ),
+]
+
+
 @app.command()
 def bench(
-    prompts: Annotated[
-        Path | None,
-        typer.Option(
-            "--prompts",
-            help='JSONL file of {"prompt": ..., "task": ..., optional "response_format": OpenAI\'s} (default: the built-in set: code edits, summaries, chats, short prompts, writing code, JSON under a schema).',
-        ),
-    ] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the raw figures to this JSON file.")] = None,
-    plot_out: Annotated[
-        Path | None, typer.Option("--plot", help="Draw tok/s and acceptance per strategy and task to this PNG.")
-    ] = None,
-    strategies: Annotated[
-        str | None,
-        typer.Option(
-            "--strategies",
-            help="Comma-separated strategies to run (default: all): target-only, 'draft_model k=2', 'draft_model k=4', 'draft_model k=8', 'copier k=32', auto. The target alone always runs: it is the baseline.",
-        ),
-    ] = None,
+    prompts: BenchPrompts = None,
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
+    strategies: Strategies = None,
     max_tokens: MaxTokens = 400,
     temperature: Temperature = 0.0,
-    seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Random seed of every run.")] = 0,
-    repeat: Annotated[
-        int,
-        typer.Option(
-            "--repeat", min=1, max=100, help="Rounds per prompt, in rotated order and summed (steadier figures)."
-        ),
-    ] = 1,
-    no_lookup: Annotated[
-        bool, typer.Option("--no-lookup", help="Skip the llama-cpp-python prompt-lookup reference row.")
-    ] = False,
-    requantize: Annotated[
-        str | None,
-        typer.Option(
-            "--requantize",
-            help="Bench the target requantized to Q8_0, F16 or Q6_K (made once beside it, about 20 s, no download): a memory-bound target, where a draft model wins on a CPU.",
-        ),
-    ] = None,
+    seed: BenchSeed = 0,
+    repeat: Repeat = 1,
+    no_lookup: NoLookup = False,
+    requantize: Requantize = None,
     target: Target = default("target"),
     draft: Draft = default("draft"),
     ctx: Ctx = default("ctx"),

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from localspec.api import LocalSpec, RunConfig
+from localspec.api import Generation, LocalSpec, RunConfig
 
 
 def loading(what: str) -> AbstractContextManager[Any]:
@@ -63,10 +63,15 @@ def run_generate(
     st.load_seconds, st.total_seconds = loaded - started, end - started
     st.time_to_first_token = (first or end) - started
     spec.save_costs()
+    return _record(spec, run), " · ".join([st.summary(), *spec.notes])
+
+
+def _record(spec: LocalSpec, run: Generation) -> dict[str, Any]:
+    """The JSON result of a finished generation: its text, figures, settings, models and notes."""
     draft = spec.draft_path
     record = {
         "text": run.text,
-        **st.to_dict(),
+        **run.stats.to_dict(),
         "k": "auto" if spec.k is None else spec.k,
         **dataclasses.asdict(run.sampler),  # the settings it sampled with
         "seed": run.seed,
@@ -83,4 +88,4 @@ def run_generate(
             }
             for e in run.logprobs
         ]
-    return record, " · ".join([st.summary(), *spec.notes])
+    return record

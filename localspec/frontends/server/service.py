@@ -6,6 +6,7 @@ import asyncio
 import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -38,13 +39,7 @@ class Service:
     async def serve(self, request: Request, req: Common, shape: Shape, prompt: Any, max_tokens: int | None) -> Any:
         """Answer one request: a whole JSON response, or a stream of server-sent events."""
         t0 = time.perf_counter()
-        if req.model != self.model_id:
-            raise ApiError(
-                404,
-                f"the model '{req.model}' does not exist here (this server has '{self.model_id}')",
-                param="model",
-                code="model_not_found",
-            )
+        self._check_model(req.model)
         req.check()
         prepared = await self._prepare(prompt, max_tokens, req)
         left = Leave()
@@ -64,26 +59,7 @@ class Service:
         first: list[float] = []
 
         def done() -> Served:
-            predicted = None if run.prediction is None else prediction_usage(run.prediction, run.tokens)
-            logprobs = None if run.logprobs is None else shape.logprobs(run.logprobs, self.spec.piece)
-            served = Served(
-                run.content,
-                run.stats,
-                run.seed,
-                predicted,
-                (first or [time.perf_counter()])[0] - t0,
-                run.finish_reason,
-                run.tool_calls,
-                logprobs,
-            )
-            st = served.stats
-            self.say(
-                f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
-                f"tokens ({st.cached_tokens} cached), first token {served.first_token:.2f} s, {st.tokens_per_second or 0:.1f} tok/s, "
-                f"{st.accepted}/{st.drafted} drafts accepted, {st.finish_reason}"
-                + (f", prompt {prompt!r}" if self.log_prompts else "")
-            )
-            return served
+            return self._served(request, run, shape, (first or [time.perf_counter()])[0] - t0, prompt)
 
         if not req.stream:
             try:
@@ -98,6 +74,31 @@ class Service:
         events = self._events(request, stream, run, shape, rid, now, first, done, watcher)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **shape.headers()}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+    def _check_model(self, model: str) -> None:
+        if model != self.model_id:
+            raise ApiError(
+                404,
+                f"the model '{model}' does not exist here (this server has '{self.model_id}')",
+                param="model",
+                code="model_not_found",
+            )
+
+    def _served(self, request: Request, run: Generation, shape: Shape, first_token: float, prompt: Any) -> Served:
+        """A finished generation's answer, its line in the access log said."""
+        predicted = None if run.prediction is None else prediction_usage(run.prediction, run.tokens)
+        logprobs = None if run.logprobs is None else shape.logprobs(run.logprobs, self.spec.piece)
+        served = Served(
+            run.content, run.stats, run.seed, predicted, first_token, run.finish_reason, run.tool_calls, logprobs
+        )
+        st = served.stats
+        self.say(
+            f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
+            f"tokens ({st.cached_tokens} cached), first token {served.first_token:.2f} s, {st.tokens_per_second or 0:.1f} tok/s, "
+            f"{st.accepted}/{st.drafted} drafts accepted, {st.finish_reason}"
+            + (f", prompt {prompt!r}" if self.log_prompts else "")
+        )
+        return served
 
     async def _prepare(self, prompt: Any, max_tokens: int | None, req: Common) -> Prepared:
         """The request made ready (tokenized, its context checked, its grammar compiled: once, before it is queued,
@@ -147,6 +148,36 @@ class Service:
             )
         return prepared.capped(max_tokens or room)
 
+    async def _deltas(
+        self, stream: Stream, run: Generation, shape: Shape, rid: str, now: int, first: list[float]
+    ) -> AsyncGenerator[bytes, None]:
+        """The answer's text as it comes (tool calls held back as the stream of them says), each piece with its
+        tokens' log-probabilities where asked for; `first` gets each piece's time."""
+        calls = ToolCallStream(run.tool_names) if run.tool_names else None
+        sent = 0  # tokens whose log-probabilities went out
+
+        def logprobs(upto: int | None = None) -> dict[str, Any] | None:
+            """The log-probabilities not sent yet, up to the `upto`-th (all of them at the end)."""
+            nonlocal sent
+            if run.logprobs is None:
+                return None
+            upto = len(run.logprobs) if upto is None else upto
+            new, sent = run.logprobs[sent:upto], upto
+            return shape.logprobs(new, self.spec.piece)
+
+        async for item in stream:
+            assert isinstance(item, Sent)
+            first.append(time.perf_counter())
+            text = calls.feed(item.piece.text) if calls else item.piece.text
+            for event in shape.delta(rid, now, text, logprobs(item.logprobs)):
+                yield event
+        if run.logprobs is not None and sent < len(run.logprobs):  # tokens that made no text (a stop string)
+            for event in shape.delta(rid, now, "", logprobs()):
+                yield event
+        if calls and (rest := calls.finish()[0]):
+            for event in shape.delta(rid, now, rest, None):
+                yield event
+
     def _gone(self, request: Request, tokens: int) -> Response:
         """A client that left: nothing more runs for it; the log says so (499, as nginx counts it)."""
         self.say(f"localspec: {request.method} {request.url.path} 499 the client went away after {tokens} tokens")
@@ -166,32 +197,11 @@ class Service:
     ) -> AsyncIterator[bytes]:
         served: Served | None = None
         failed = False
-        calls = ToolCallStream(run.tool_names) if run.tool_names else None
-        sent = 0  # tokens whose log-probabilities went out
-
-        def logprobs(upto: int | None = None) -> dict[str, Any] | None:
-            """The log-probabilities not sent yet, up to the `upto`-th (all of them at the end)."""
-            nonlocal sent
-            if run.logprobs is None:
-                return None
-            upto = len(run.logprobs) if upto is None else upto
-            new, sent = run.logprobs[sent:upto], upto
-            return shape.logprobs(new, self.spec.piece)
-
         try:
             for event in shape.opening(rid, now):
                 yield event
-            async for item in stream:
-                assert isinstance(item, Sent)
-                first.append(time.perf_counter())
-                text = calls.feed(item.piece.text) if calls else item.piece.text
-                for event in shape.delta(rid, now, text, logprobs(item.logprobs)):
-                    yield event
-            if run.logprobs is not None and sent < len(run.logprobs):  # tokens that made no text (a stop string)
-                for event in shape.delta(rid, now, "", logprobs()):
-                    yield event
-            if calls and (rest := calls.finish()[0]):
-                for event in shape.delta(rid, now, rest, None):
+            async with aclosing(self._deltas(stream, run, shape, rid, now, first)) as deltas:
+                async for event in deltas:
                     yield event
             served = done()
             for event in shape.closing(rid, now, served):
