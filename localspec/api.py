@@ -182,10 +182,11 @@ class Options:
 @dataclass(frozen=True)
 class Prepared:
     """A generation made ready by LocalSpec.prepare: its request (the prompt's tokens, checked against the context;
-    the grammar; the drafters) and the tools its answer may call."""
+    the grammar; the drafters), the tools its answer may call, and how many tokens its prediction is."""
 
     request: Request
     tool_names: tuple[str, ...] = ()
+    predicted: int = 0
 
     @property
     def tokens(self) -> tuple[int, ...]:
@@ -278,10 +279,10 @@ class LocalSpec:
             None if grammar_text is None else Constraint(grammar_tokenizer(target), grammar_text, target.n_vocab)
         )
         drafters: list[Drafter] = []
+        predicted = target.tokenize(o.prediction) if o.prediction else []
         if self.engine.k != 0 and o.max_draft != 0:
-            if o.prediction:
-                join = LineJoin(target.piece, target.tokenize)
-                drafters.append(PredictionDrafter(target.tokenize(o.prediction), join))
+            if predicted:
+                drafters.append(PredictionDrafter(predicted, LineJoin(target.piece, target.tokenize)))
             if constraint is not None:
                 drafters.append(ForcedDrafter(constraint))
         request = Request(
@@ -296,7 +297,7 @@ class LocalSpec:
             fill=o.suffix is not None or _fills(target, tokens),
             max_draft=o.max_draft,
         )
-        return Prepared(request, tuple(t["function"]["name"] for t in calls))
+        return Prepared(request, tuple(t["function"]["name"] for t in calls), len(predicted))
 
     def run(self, prepared: Prepared) -> Generation:
         """Start a prepared generation (it runs as it is iterated; each Prepared runs once)."""

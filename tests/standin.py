@@ -62,9 +62,10 @@ class StandIn:
         self.config = SimpleNamespace(sampler=SamplerSettings(), seed=None)
         self.n_ctx = n_ctx
         self._engine = Engine(piece, pace)
-        self.prepared = self.tokenized = 0  # requests made ready, and prompts tokenized
+        self.prepared = self.tokenized = 0  # requests made ready, and texts tokenized (prompts, predictions)
 
     def tokenize(self, text: str) -> list[int]:
+        self.tokenized += 1
         return [1] * len(text.split())
 
     def tokens(self, prompt: Any, *, tools: Any = None, **_: Any) -> list[int]:
@@ -82,8 +83,9 @@ class StandIn:
         tokens = self.tokens(prompt, tools=tools)
         if len(tokens) >= self.n_ctx:
             raise ContextFull(f"the prompt is {len(tokens)} tokens and the context holds {self.n_ctx}")
+        predicted = len(self.tokenize(options.prediction)) if options.prediction else 0
         request = Request(tuple(tokens), options.max_tokens or 16, seed=options.seed or 0)
-        return Prepared(request, tuple(t["function"]["name"] for t in tools or []))
+        return Prepared(request, tuple(t["function"]["name"] for t in tools or []), predicted)
 
     def run(self, prepared: Prepared) -> Generation:
         return Generation(self._engine, prepared.request, prepared.tool_names)  # type: ignore[arg-type]

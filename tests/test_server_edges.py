@@ -135,16 +135,22 @@ def test_deep_nesting_and_numbers_json_has_no_name_for_are_400s_anywhere(served:
     assert httpx.head(f"{served.url}/health").status_code == 200
 
 
+PREDICTION = {"prediction": {"type": "content", "content": "hi there"}}
+
+
 @pytest.mark.parametrize(
-    ("path", "body"),
+    ("path", "body", "texts"),
     [
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": 3}),
-        ("/v1/responses", {"input": "hi", "max_output_tokens": 16, "stream": True}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}, 1),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, **PREDICTION}, 2),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 3}, 1),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 3, **PREDICTION}, 2),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 16, "stream": True}, 1),
     ],
 )
-def test_a_request_is_prepared_and_tokenized_once(served: Served, path: str, body: dict) -> None:
+def test_a_request_is_prepared_and_tokenized_once(served: Served, path: str, body: dict, texts: int) -> None:
+    """One preparation a request; its prompt, and its prediction where it has one, tokenized once each."""
     spec = served.spec
     before = spec.prepared, spec.tokenized
     assert _post(served, path, body).status_code == 200
-    assert (spec.prepared, spec.tokenized) == (before[0] + 1, before[1] + 1)
+    assert (spec.prepared, spec.tokenized) == (before[0] + 1, before[1] + texts)

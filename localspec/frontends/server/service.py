@@ -118,12 +118,8 @@ class Service:
             **req.options(),
         )
 
-        def prepare() -> tuple[Prepared, int]:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
-            predicted = len(spec.tokenize(prediction.text())) if prediction else 0
-            return spec.prepare(prompt, options), predicted
-
-        try:
-            prepared, n_predicted = await anyio.to_thread.run_sync(prepare)
+        try:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
+            prepared = await anyio.to_thread.run_sync(spec.prepare, prompt, options)
         except ContextFull as e:
             raise ApiError(400, str(e), param=where, code="context_length_exceeded") from None
         except LocalspecError as e:  # an empty prompt; tools, a suffix or a template the model cannot take
@@ -139,10 +135,10 @@ class Service:
                 param=req.LENGTH_FIELD,
                 code="context_length_exceeded",
             )
-        if n_predicted > room:
+        if prepared.predicted > room:
             raise ApiError(
                 400,
-                f"the prediction is {n_predicted} tokens and the answer has room for {room}",
+                f"the prediction is {prepared.predicted} tokens and the answer has room for {room}",
                 param="prediction",
                 code="context_length_exceeded",
             )
