@@ -65,3 +65,24 @@ def test_a_short_match_is_not_followed() -> None:
     ctx = [9, 9, 9, 1, 2, 3]  # three tokens in common: a coincidence
     recall.begin(len(ctx))
     assert not recall.offer(ctx, 8, 100, None).survival
+
+
+def test_the_index_taken_in_answer_by_answer_is_the_one_a_restart_builds(tmp_path: Path) -> None:
+    """200 answers of random length over a small vocabulary (many equal pairs) into a store bounded at 5,000
+    tokens: after each, its index (new pairs merged in, evicted ones out) holds exactly the pairs a fresh index of
+    its tokens holds, each at its place, and a reloaded store matches as it does."""
+    import numpy as np
+
+    from localspec.drafting.recall import _pairs
+
+    rng = np.random.default_rng(7)
+    store = AnswerStore(tmp_path / "answers.npy", limit=5000)
+    for _ in range(200):
+        store.add(rng.integers(0, 50, 32).tolist(), rng.integers(0, 50, int(rng.integers(1, 300))).tolist())
+        fresh = AnswerStore(tmp_path / "answers.npy", limit=5000)
+        assert np.array_equal(store.tokens, fresh.tokens) and np.array_equal(store._pairs, fresh._pairs)
+        assert np.array_equal(_pairs(store.tokens)[store._order], store._pairs)
+        assert np.array_equal(np.sort(store._order), np.arange(len(store.tokens) - 1))
+        ctx = rng.integers(0, 50, 40).tolist()
+        assert store.match(ctx) == fresh.match(ctx)
+    assert 4000 < len(store.tokens) <= 5000

@@ -43,23 +43,31 @@ class AnswerStore:
         self._index()
 
     def _index(self) -> None:
-        t = self.tokens.astype(np.int64)
-        pairs = (t[:-1] << 32) | (t[1:] & 0xFFFFFFFF)  # the pair ending at i + 1
-        self._order = np.argsort(pairs, kind="stable")
+        pairs = _pairs(self.tokens)
+        self._order = np.argsort(pairs)  # equal pairs in any order: a match is chosen by its length, then its end
         self._pairs = pairs[self._order]
 
     def add(self, prompt_tail: Sequence[int], answer: Sequence[int]) -> None:
-        """Keep an answer after its prompt's last tokens (the oldest entries out beyond the bound); saved."""
+        """Keep an answer after its prompt's last tokens (the oldest entries out beyond the bound); saved. The index
+        takes the new pairs in and the old ones out, with no sort of the whole."""
         if not answer:
             return
         entry = np.asarray([*prompt_tail, *answer, _GAP], np.int32)
-        tokens = np.concatenate([self.tokens, entry])
+        old, tokens = len(self.tokens), np.concatenate([self.tokens, entry])
+        cut = 0
         if (excess := len(tokens) - self.limit) > 0:  # whole entries out from the front
             gaps = np.flatnonzero(tokens[:-1] == _GAP)
             later = gaps[gaps + 1 >= excess]
-            tokens = tokens[int(later[0]) + 1 if later.size else excess :]
-        self.tokens = tokens
-        self._index()
+            cut = int(later[0]) + 1 if later.size else excess
+        first = max(old - 1, 0)  # the first new pair: the old last token's and the entry's first
+        new = _pairs(tokens[first:])
+        sort = np.argsort(new)
+        at = np.searchsorted(self._pairs, new[sort])
+        pairs, order = np.insert(self._pairs, at, new[sort]), np.insert(self._order, at, sort + first)
+        if cut:
+            keep = order >= cut
+            pairs, order = pairs[keep], order[keep] - cut
+        self.tokens, self._pairs, self._order = tokens[cut:], pairs, order
         if self.path is not None:
             with contextlib.suppress(OSError), atomic_path(self.path) as part, open(part, "wb") as f:
                 np.save(f, self.tokens, allow_pickle=False)
@@ -85,6 +93,12 @@ class AnswerStore:
             length += alive
         best = int(np.lexsort((ends, length))[-1])  # the longest, then the latest
         return int(ends[best]), int(length[best])
+
+
+def _pairs(tokens: np.ndarray) -> np.ndarray:
+    """Each pair of neighbouring tokens as one int64, the pair at i ending at i + 1."""
+    t = tokens.astype(np.int64)
+    return (t[:-1] << 32) | (t[1:] & 0xFFFFFFFF)
 
 
 class Recall(Drafter):
