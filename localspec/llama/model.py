@@ -8,6 +8,7 @@ n_logits positions only: there is never an n_ctx x n_vocab logits buffer.
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import time
 from collections.abc import Sequence
@@ -143,7 +144,6 @@ class Model:
         n_batch: int = 512,
         flash_attn: bool = False,
     ) -> None:
-        tensor_types = {ttype for _, ttype, _, _ in read_gguf(path).tensors}
         n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at the context; a larger one aborts natively
         try:
             self.llm = new_llama(
@@ -163,10 +163,10 @@ class Model:
                 verbose=False,
             )
         except (ValueError, RuntimeError) as e:
+            read_gguf(path)  # what is wrong with the file, where its header tells (BadModelFile)
             raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None
         self.path = Path(path)
         self.n_threads, self.n_gpu_layers, self.flash_attn = n_threads, n_gpu_layers, flash_attn
-        self.tensor_types = frozenset(tensor_types)  # ggml types of the weights
         self.name = self.path.name
         self.n_batch = n_batch
         self.n_ctx = self.llm.n_ctx()  # llama.cpp may round the asked-for context up ...
@@ -184,6 +184,11 @@ class Model:
         self._eog: dict[int, bool] = {}  # whether a token ends a generation, as it is first asked
         self.prompts: PromptCache | None = None  # states kept by prefix (llama.prompts), when given
         self._kept = 0  # how many of the tracked tokens the prompt cache holds a state for
+
+    @functools.cached_property
+    def tensor_types(self) -> frozenset[int]:
+        """The ggml types of its weights, from the file's header (read when first asked: about 0.1 s)."""
+        return frozenset(ttype for _, ttype, _, _ in read_gguf(self.path).tensors)
 
     @property
     def kv_key(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ the caller's whole text and is read with its control tokens.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import secrets
@@ -27,7 +28,8 @@ from localspec.llama.model import Model
 Message = dict
 
 
-def _formatter(model: Model) -> Jinja2ChatFormatter:
+def _formatter(model: Model, add_generation_prompt: bool = True) -> Jinja2ChatFormatter:
+    """The model's chat template, compiled once (a compilation takes about 30 ms: every request would pay it)."""
     meta = model.metadata
     template = meta.get("tokenizer.chat_template")
     if not template:
@@ -37,10 +39,15 @@ def _formatter(model: Model) -> Jinja2ChatFormatter:
         tid = meta.get(key)
         return model.token_text(int(tid)) if tid is not None else ""
 
+    eos, bos = token("tokenizer.ggml.eos_token_id"), token("tokenizer.ggml.bos_token_id")
+    return _compiled(template, eos, bos, add_generation_prompt)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(template: str, eos: str, bos: str, add_generation_prompt: bool) -> Jinja2ChatFormatter:
+    """A formatter never changed once made: one may render on several threads at once."""
     return Jinja2ChatFormatter(
-        template=template,
-        eos_token=token("tokenizer.ggml.eos_token_id"),
-        bos_token=token("tokenizer.ggml.bos_token_id"),
+        template=template, eos_token=eos, bos_token=bos, add_generation_prompt=add_generation_prompt
     )
 
 
@@ -56,8 +63,7 @@ def chat_tokens(
     A message carrying "tokens" contributes those instead of re-tokenizing its content, so a generated reply
     is fed back exactly as it was sampled and the KV cache prefix still matches.
     """
-    fmt = _formatter(model)
-    fmt.add_generation_prompt = add_generation_prompt
+    fmt = _formatter(model, add_generation_prompt)
     if tools and not supports_tools(model):
         raise Unsupported(f"{model.name}'s chat template has no tool calls in a format localspec reads", "tools")
     plain = [_for_template(m) for m in messages]
