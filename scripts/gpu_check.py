@@ -1,12 +1,13 @@
 """One prepared GPU run: localspec's cost curve, draft-model verdict and predicted speedups on a CUDA device.
 
-A GPU machine may have no network, and the model files are large to copy, so the run is prepared here:
+A GPU machine may have no network, and the model files are large to copy, so the run is prepared on a machine
+with the network and the installed models:
 
     python scripts/gpu_check.py prepare          # gpu-bundle/: trimmed llama.cpp sources, model headers, wheels
 
 then one command on the GPU machine, with gpu-bundle/ copied beside the checkout (about 8 minutes):
 
-    bash scripts/gpu-check                       # build with CUDA for this GPU only, then `run`
+    bash scripts/gpu-check --out DIR             # build with CUDA for that GPU only, then `run`
 
 `run` writes random-weight twins of the default pair (the real headers: shapes, quantization types and
 vocabulary; a decode's cost does not depend on the values), calibrates them as localspec does (verify cost
