@@ -143,7 +143,11 @@ def _warn(text: str) -> None:
 def store_keys(cfg: RunConfig) -> tuple[str, str | None]:
     """The cost store's keys of cfg's target and draft model (None: it has none), as load_engine loads them."""
     target_path, draft_path = cfg.paths()
-    cfg = with_context(cfg, target_path)
+    return _keys(with_context(cfg, target_path), target_path, draft_path)
+
+
+def _keys(cfg: RunConfig, target_path: Path, draft_path: Path | None) -> tuple[str, str | None]:
+    """The store's keys of these files loaded with cfg (its context resolved)."""
     threads = cfg.threads or default_threads()
 
     def key(path: Path, layers: int) -> str:
@@ -169,7 +173,7 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
     target = _load(cfg, target_path, cfg.gpu_layers)
     loaded_in = time.perf_counter() - t0
     auto = cfg.k is None and not cfg.target_alone
-    target_key, draft_key = store_keys(cfg)
+    target_key, draft_key = _keys(cfg, target_path, draft_path)
     cost = (store.costs(target_key) or CostModel({})) if auto else None
     policy = None
     if draft_path is not None and draft_key is not None and cost is not None:

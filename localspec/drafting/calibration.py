@@ -6,6 +6,7 @@ import time
 
 from localspec.drafting import store
 from localspec.drafting.costs import CostModel
+from localspec.drafting.policy import Kept
 from localspec.llama.model import Model
 
 CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -54,29 +55,29 @@ def load_costs(target: Model, draft: Model | None) -> CostModel:
         cost = _measure_target(target)
         store.keep(target_key, cost)
     if draft is not None:
-        kept = store.kept(target_key, store.model_key(draft))
+        draft_key = store.model_key(draft)
+        kept = store.kept(target_key, draft_key)
         if kept.measured:
             kept.price(cost)
         else:
             measure_draft(draft, cost)
-            _keep(target, draft, cost)
+            _keep(target_key, cost, draft_key, kept)
     return cost
 
 
 def calibrate(target: Model, draft: Model | None) -> CostModel:
     """Measure the pair afresh now and keep that as its costs (`localspec doctor --recalibrate`)."""
-    cost = _measure_target(target)
+    cost, target_key = _measure_target(target), store.model_key(target)
     if draft is None:
-        store.keep(store.model_key(target), cost)
+        store.keep(target_key, cost)
     else:
         measure_draft(draft, cost)
-        _keep(target, draft, cost)
+        draft_key = store.model_key(draft)
+        _keep(target_key, cost, draft_key, store.kept(target_key, draft_key))
     return cost
 
 
-def _keep(target: Model, draft: Model, cost: CostModel) -> None:
-    """Keep the draft model's measured costs beside the target's curve."""
-    draft_key, target_key = store.model_key(draft), store.model_key(target)
-    measured = store.kept(target_key, draft_key)
-    measured.draft, measured.draft_prefill = cost.draft, cost.draft_prefill
-    store.keep(target_key, cost, (draft_key, measured))
+def _keep(target_key: str, cost: CostModel, draft_key: str, kept: Kept) -> None:
+    """Keep the draft model's measured costs (in `cost`) into what is kept of it, beside the target's curve."""
+    kept.draft, kept.draft_prefill = cost.draft, cost.draft_prefill
+    store.keep(target_key, cost, (draft_key, kept))
