@@ -73,6 +73,7 @@ class Generation:
 
     def __init__(self, engine: Engine, request: Request, tool_names: Sequence[str] = ()) -> None:
         self._run = engine.generate(request)
+        self._drafter = draft_drafter(engine)
         self.tool_names = tool_names  # the tools described: the answer may call them
         self._pieces: list[str] = []
         self.seed = request.seed  # the seed this generation samples with: the same seed gives the same text
@@ -90,6 +91,8 @@ class Generation:
                 yield piece
         finally:  # stopped early (a client gone, Ctrl-C): the generation ends now, its figures complete
             pieces.close()
+            if self._drafter is not None and self._drafter.joined is not None:  # it joined in this answer
+                self.stats.draft_load_beside = self._drafter.beside
 
     def result(self) -> str:
         """Run to the end (if not iterated yet) and return the whole text."""

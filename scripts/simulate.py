@@ -9,8 +9,11 @@ DraftModelDrafter and DraftPolicy, whose costs and verdict are kept from run to 
 them. What is simulated is the machine and the text: a target decode of n rows costs the profile's curve, a
 draft token and its catch-up the profile's share of a target decode, a load its seconds; each draft token
 holds with the text's acceptance alpha (the target's confidence: alpha, its agreement with the draft: 1),
-drawn with a fixed seed. The same runs are timed with the target alone and with the draft model at each fixed k
-(loaded at its first draft, its load paid), so each run's default is compared with both.
+drawn with a fixed seed. The default's draft model loads beside the target's work as the real one does (on the
+simulated clock: ready its load's seconds after it starts, the target's decodes meanwhile slowed by the profile's
+`beside` share), and a chat is a session (its load priced over the session). The same runs are timed with the
+target alone and with the draft model at each fixed k (loaded at its first draft, its load paid on the answer's
+path), so each run's default is compared with both.
 
 Cost profiles (target decodes are the unit): a 7B target on a consumer GPU (a flat curve to 16 rows), a 3B on
 an Apple laptop (a 2-row decode dearer than a 1-row one: the Metal shape cliff of llama.cpp#4624), the 1.5B
@@ -51,7 +54,8 @@ class Profile:
     """A machine and a pair: a target decode of n rows costs `curve[n]` one-token decodes (interpolated; each
     row beyond the last adds the last step), one-token decode `t1` seconds; a draft token `draft` of those, a
     draft's catch-up `draft_prefill` per token; the target's prefill `prefill` per token; loads in seconds; the
-    draft's size bound (policy.size_bound of the files)."""
+    draft's size bound (policy.size_bound of the files); `beside` the share of the target's speed the draft's load
+    takes while it runs beside the target's decodes."""
 
     name: str
     about: str
@@ -63,6 +67,7 @@ class Profile:
     target_load: float
     draft_load: float
     bound: float
+    beside: float
     host_round: float = HOST_ROUND
     host_position: float = HOST_POSITION
     host_draft: float = HOST_DRAFT
@@ -95,6 +100,7 @@ PROFILES = {
         target_load=3.0,
         draft_load=0.5,
         bound=0.075,
+        beside=0.1,
     ),
     "gpu": Profile(
         "gpu",
@@ -107,6 +113,7 @@ PROFILES = {
         target_load=3.0,
         draft_load=0.5,
         bound=0.075,
+        beside=0.1,
     ),
     "laptop": Profile(
         "laptop",
@@ -119,6 +126,7 @@ PROFILES = {
         target_load=1.5,
         draft_load=0.3,
         bound=0.16,
+        beside=0.2,
     ),
     "epyc": Profile(
         "epyc",
@@ -131,6 +139,7 @@ PROFILES = {
         target_load=1.0,
         draft_load=0.35,
         bound=0.33,
+        beside=0.5,
     ),
     "xeon-q8": Profile(
         "xeon-q8",
@@ -143,6 +152,7 @@ PROFILES = {
         target_load=1.2,
         draft_load=0.4,
         bound=0.19,
+        beside=0.5,
     ),
 }
 TEXTS = (0.3, 0.6, 0.8, 0.95)  # the draft's per-token acceptance on the text (the target's confidence)
@@ -159,6 +169,11 @@ class History:
     prompt: int = 60
     question: int = 30
 
+    @property
+    def session(self) -> bool:
+        """A chat's turns are one session's answers."""
+        return self.turns > 1
+
 
 HISTORIES = {
     "short": History("short", 64),
@@ -173,6 +188,31 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class SimLoad:
+    """A draft model's load beside the target on the simulated clock: ready `seconds` after it starts, its catch-up
+    on `tokens` included; `slowing` while the clock is before that."""
+
+    def __init__(self, clock: Clock, model: FakeModel, tokens: Sequence[int], seconds: float) -> None:
+        self.clock, self.model = clock, model
+        self.until = clock.now + seconds + max(len(tokens) - 1, 0) * model.batch
+        model.tokens = list(tokens)
+        model.n_decoded += len(tokens)
+
+    @property
+    def slowing(self) -> bool:
+        return self.clock.now < self.until
+
+    def ready(self) -> bool:
+        return not self.slowing
+
+    def result(self) -> FakeModel:
+        self.clock.now = max(self.clock.now, self.until)
+        return self.model
+
+    def cancel(self) -> None:
+        self.until = self.clock.now
 
 
 class FakeModel:
@@ -243,13 +283,18 @@ def _session(
         cost.host_round, cost.host_position, cost.host_draft = store.host
     policy = None
     drafters: list[Drafter] = []
+    loads: list[SimLoad] = []
     if draft:
         model = FakeModel(clock, profile.draft * profile.t1, profile.draft_prefill * profile.t1, profile.host_draft)
 
-        def load() -> FakeModel:
+        def load(**_: Any) -> FakeModel:
             clock.now += profile.draft_load
             outside[0] += profile.draft_load
             return model
+
+        def beside(_: Any, tokens: Sequence[int]) -> SimLoad:
+            loads.append(SimLoad(clock, model, tokens, profile.draft_load))
+            return loads[-1]
 
         if store is not None and cost is not None:
             policy = DraftPolicy.decide(
@@ -260,9 +305,26 @@ def _session(
                 bound=profile.bound,
                 loaded_in=profile.target_load,
                 named=False,
+                session=history.session,
             )
             cost = policy.cost
-        drafters = draft_model.drafters(load, cost, policy=policy, path=Path("draft.gguf"), clock=clock)  # type: ignore[arg-type]
+        drafters = draft_model.drafters(
+            load,  # type: ignore[arg-type]
+            cost,
+            policy=policy,
+            path=Path("draft.gguf"),
+            clock=clock,
+            background=beside,  # type: ignore[arg-type]
+        )
+
+    def slowed(seconds: float) -> float:
+        """The target's work of `seconds`, as long as a load beside it makes it (its share while they overlap)."""
+        left = max((load.until - clock.now for load in loads), default=0.0)
+        if left <= 0:
+            return seconds
+        rate = 1 - profile.beside
+        return seconds / rate if seconds <= left * rate else left + seconds - left * rate
+
     planner = Planner(drafters, k=k if draft else 0, cost=cost)
     sampling = InvariantSampling(0)
     ctx: list[int] = []
@@ -272,7 +334,7 @@ def _session(
         ctx += [1] * new
         for d in planner.drafters:
             d.begin(len(ctx))
-        seconds = new * profile.prefill * profile.t1
+        seconds = slowed(new * profile.prefill * profile.t1)
         clock.now += seconds
         outside[0] += seconds
         if cost is not None:
@@ -286,7 +348,7 @@ def _session(
             if drafted and first is None and turn == 0 and isinstance(plan.drafter, DraftModelDrafter):
                 first = out
             n = len(drafted) + 1
-            verify = profile.verify(n)
+            verify = slowed(profile.verify(n))
             accepted = 0
             while accepted < len(drafted) and not isinstance(plan.drafter, BatchProbe) and rng.random() < alpha:
                 accepted += 1

@@ -50,6 +50,7 @@ class Run:
 class Engine:
     def __init__(self, piece: str, pace: float) -> None:
         self.piece, self.pace = piece, pace
+        self.drafters: list[Any] = []  # as the real engine's, where nothing drafts
 
     def generate(self, request: Request) -> Run:
         return Run(request, self.piece, self.pace)

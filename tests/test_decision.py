@@ -226,7 +226,7 @@ def test_an_answer_that_loses_with_the_draft_model_ends_its_use(
     policy = DraftPolicy("draft", "draft.gguf", "use", Kept(DraftDecision(uses=True, wait=4)), 0.2, cost)
     draft = SimpleNamespace(tokens=[], path="draft.gguf", remember=lambda: None)
     losing = DraftModelDrafter(lambda: draft, cost, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type,return-value]
-    policy.loaded(0.4)
+    policy.loaded(0.4, 0.4)  # its load took 0.4 s, all of it the target's (as on the answer's path)
     for _ in range(JUDGED_ROUNDS):
         policy.drafted(0.30, 0.25, trial=False)  # each round took longer than the target alone for its tokens
         losing.acceptance.observe(drafted=4, accepted=1, confidence=[0.8, 0.8])  # 1 in 2 held where 0.8 was hoped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from types import SimpleNamespace
+from typing import Any
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.decoding.planner import Planner
@@ -11,7 +12,7 @@ from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
-from localspec.drafting.policy import Choice, DraftPolicy, Kept
+from localspec.drafting.policy import SEEN_TOKENS, Choice, DraftPolicy, Kept
 
 
 def _cache(cached: list[int] | None = None) -> SimpleNamespace:
@@ -337,21 +338,43 @@ def test_a_middle_trusts_a_short_copy_of_its_context_as_little_as_an_echo() -> N
     assert quote.holds(5) and middle.holds(5) == []  # a 3-token likeness: not worth a verify in a middle
 
 
+class LoadNow:
+    """A draft model's load that is over as soon as it starts (BackgroundLoad without its thread: deterministic)."""
+
+    def __init__(self, load: Any, tokens: Any) -> None:
+        self.model = load()
+        self.started = True
+
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self.model
+
+    def cancel(self) -> None:
+        self.model = None
+
+
 def test_the_draft_model_is_loaded_once_the_answer_so_far_would_have_repaid_it() -> None:
-    """Ski rental: a draft model loaded on demand drafts once its load and catch-up are repaid over as many tokens
-    as the answer has so far (what the rest is likely to be): never for a short answer; one loaded already
+    """Ski rental: a draft model explored here starts loading beside the target once its load's price (what it
+    costs the target: a small share of its seconds where decodes are memory-bound) and catch-up are repaid over as
+    many tokens as the answer has so far (what the rest is likely to be); it drafts from the round it is ready.
+    A dear load never starts in a short answer; one in use starts at the answer's first round; one loaded already
     drafts from the start."""
     from pathlib import Path
 
-    model = _cache()
-    policy = _policy("use", load_estimate=0.3)
-    drafter = DraftModelDrafter(lambda: model, FLAT, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type, return-value]
-    planner = Planner([drafter], k=None, cost=FLAT)
+    def first_draft(choice: Choice, load: float) -> int | None:
+        policy = DraftPolicy("draft", "draft.gguf", choice, Kept(load=load), 0.2, FLAT)
+        drafter = DraftModelDrafter(lambda: _cache(), FLAT, policy=policy, path=Path("draft.gguf"), background=LoadNow)  # type: ignore[arg-type, return-value]
+        planner = Planner([drafter], k=None, cost=FLAT)
+        drafter.begin(len(prompt))
+        return next((n for n in range(1, 100) if planner.plan(prompt + [1] * n, room=100).drafter is drafter), None)
+
     prompt = list(range(100))
-    drafter.begin(len(prompt))
-    first = next(n for n in range(1, 400) if planner.plan(prompt + [1] * n, room=400).drafter is drafter)
-    assert 10 < first < 100
-    assert planner.plan(prompt + [1] * (first // 2), room=400).drafter is None
+    cheap, dear = first_draft("explore", 0.3), first_draft("explore", 30.0)
+    assert cheap is not None and SEEN_TOKENS <= cheap < 30 and dear is None, (cheap, dear)
+    used = first_draft("use", 30.0)  # started at the first round it was offered, whatever its load's price
+    assert used is not None and used <= 3, used
     loaded = _model(FLAT)
     loaded.begin(len(prompt))
     assert Planner([loaded], k=None, cost=FLAT).plan([*prompt, 1], room=400).drafter is loaded
@@ -369,7 +392,7 @@ def _policy(choice: Choice, *, load_estimate: float = 0.3, agreement: float | No
 
 
 def _on_demand(load_seconds: float, agreement: float = 1.0) -> tuple[DraftModelDrafter, list[int]]:
-    """A draft model loaded at its first draft (the list counts its loads), after a 54-token prompt."""
+    """A draft model explored here, loaded where it may win (the list counts its loads), after a 54-token prompt."""
     from pathlib import Path
 
     loads: list[int] = []
@@ -378,8 +401,8 @@ def _on_demand(load_seconds: float, agreement: float = 1.0) -> tuple[DraftModelD
         loads.append(1)
         return _cache()
 
-    policy = _policy("use", load_estimate=load_seconds, agreement=agreement)
-    drafter = DraftModelDrafter(load, Q8_0, policy=policy, path=Path("draft.gguf"))  # type: ignore[arg-type]
+    policy = _policy("explore", load_estimate=load_seconds, agreement=agreement)
+    drafter = DraftModelDrafter(load, Q8_0, policy=policy, path=Path("draft.gguf"), background=LoadNow)  # type: ignore[arg-type]
     drafter.begin(54)
     return drafter, loads
 
@@ -400,14 +423,14 @@ def _answer(planner: Planner, top: float, tokens: int) -> list[str]:
 def test_the_draft_model_is_loaded_only_where_the_target_is_sure() -> None:
     """On a borderline pair the target's own confidence says whether the draft would hold (it held 0.58 of its
     tokens on an open chat where the target's top probability averaged 0.63, 0.93 on code at 0.94): text the
-    target is unsure of is answered without loading the draft model, not even to recheck it; code loads it once
-    the answer so far would have repaid its load and catch-up (about its 20th token)."""
+    target is unsure of is answered without loading an explored draft model, not even to recheck it; code loads
+    it once the answer so far would have repaid its load's price and catch-up."""
     drafter, loads = _on_demand(load_seconds=0.3)
     prose = _answer(Planner([drafter], k=None, cost=Q8_0), top=0.4, tokens=300)
     assert set(prose) == {"none"} and not loads and drafter.loaded is None
     drafter, loads = _on_demand(load_seconds=0.3)
     code = _answer(Planner([drafter], k=None, cost=Q8_0), top=0.94, tokens=300)
-    assert code[-1] == "draft_model" and 10 < len(code) < 32
+    assert code[-1] == "draft_model" and SEEN_TOKENS < len(code) < 32
 
 
 def test_the_load_is_priced_into_the_first_draft() -> None:

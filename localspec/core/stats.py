@@ -41,6 +41,8 @@ class Stats:
     draft_seconds: float = 0.0  # ... and the draft model (the rest of wall_seconds is the host's: host_seconds)
     drafted_by: dict[str, int] = field(default_factory=dict)  # drafted tokens by drafter name ...
     accepted_by: dict[str, int] = field(default_factory=dict)  # ... and those the target accepted
+    first_drafts: dict[str, int] = field(default_factory=dict)  # the completion token each drafter first drafted at
+    draft_load_beside: float | None = None  # where the draft model joined: what its load cost the target, seconds
     first_token_seconds: float | None = None
     load_seconds: float | None = None
     time_to_first_token: float | None = None
@@ -85,6 +87,8 @@ class Stats:
             self.accepted + accepted,
         )
         if drafter is not None:
+            if drafted:
+                self.first_drafts.setdefault(drafter, self.completion_tokens)
             self.drafted_by[drafter] = self.drafted_by.get(drafter, 0) + drafted
             self.accepted_by[drafter] = self.accepted_by.get(drafter, 0) + accepted
 
@@ -110,6 +114,10 @@ class Stats:
         parts.append(f"prefill {self.prefill_tokens} tokens in {self.prefill_seconds:.2f} s")
         if self.cached_tokens:
             parts.append(f"{self.cached_tokens} cached")
+        if self.draft_load_beside is not None:
+            joined = self.first_drafts.get("draft_model")
+            at = f"drafting from token {joined}" if joined is not None else "loaded"
+            parts.append(f"draft model {at} (its load cost the target {self.draft_load_beside:.2f} s)")
         if self.load_seconds is not None:
             parts.append(f"load {self.load_seconds:.2f} s")
         first = self.time_to_first_token if self.time_to_first_token is not None else self.first_token_seconds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -64,6 +65,7 @@ class RunConfig:
     cache_disk: int = default("cache_disk")
     recall: bool = default("recall")  # drafting from earlier answers (drafting.recall)
     drafters: tuple[str, ...] = ()  # registered drafters (localspec.drafting.base.register), tried first
+    session: bool = False  # many answers (a chat, a server): the draft model's load is priced over them all
 
     @property
     def target_alone(self) -> bool:
@@ -107,13 +109,14 @@ def check_pair(target_path: Path, draft_path: Path | None) -> None:
         raise LocalspecError(f"draft {draft_path} cannot draft for target {target_path}: {problem}")
 
 
-def _load(cfg: RunConfig, path: Path, layers: int) -> Model:
+def _load(cfg: RunConfig, path: Path, layers: int, cancel: threading.Event | None = None) -> Model:
     model = Model(
         path,
         n_ctx=cfg.ctx,
         n_threads=cfg.threads or default_threads(),
         n_gpu_layers=gpu_layers(layers),
         flash_attn=cfg.flash_attn,
+        cancel=cancel,
     )
     if cfg.cache_ram or cfg.cache_disk:
         model.prompts = PromptCache(
@@ -160,9 +163,9 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
     """Models, costs (for automatic k) and a seeded engine for cfg, with the session's draft-model policy.
 
     Under automatic k the draft model drafts as its policy says (policy.DraftPolicy: named by the user, used by
-    its verdict, explored where it may clearly win, tried within a budget, or skipped) and is loaded at its first
-    draft, after the answer's first token; the policy says why where it was left out, and is settled when the
-    session ends (store.settle).
+    its verdict, explored where it may clearly win, tried within a budget, or skipped) and is loaded beside the
+    target's work, from the first prefill where it is used, else once its offer would repay its load; the policy
+    says why where it was left out, and is settled when the session ends (store.settle).
     """
     target_path, draft_path = cfg.paths()
     cfg = with_context(cfg, target_path)
@@ -177,7 +180,8 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
     cost = (store.costs(target_key) or CostModel({})) if auto else None
     policy = None
     if draft_path is not None and draft_key is not None and cost is not None:
-        policy = store.decide((target_key, draft_key), (target_path, draft_path), cost, loaded_in, named=named)
+        keys, paths = (target_key, draft_key), (target_path, draft_path)
+        policy = store.decide(keys, paths, cost, loaded_in, named=named, session=cfg.session)
         cost = policy.cost
     drafters = [_registered(name, target) for name in cfg.drafters] + make_drafters(
         target,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localspec.drafting.base import Drafter, Verdict
-from localspec.drafting.costs import CostModel, amortized, best_k
+from localspec.drafting.base import MARGIN, Drafter, Verdict, priced
+from localspec.drafting.costs import CostModel
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,6 @@ class Plan:
 
 
 NONE = Plan(None, 0)
-# A draft must promise this much more speed than the target alone: its estimates are noisy (docs/benchmarks.md,
-# "The planner's and the copier's constants"); the host's time is priced (CostModel.round_cost).
-MARGIN = 1.05
 
 
 class Planner:
@@ -62,9 +59,8 @@ class Planner:
                 continue
             if d.certain:
                 return Plan(d, len(offer.survival))
-            k, r = best_k(offer.survival, cost, offer.token_seconds)
-            horizon = room if offer.horizon is None else offer.horizon
-            if k and (r := amortized(r, offer.setup_seconds, horizon)) > rate:
+            k, r = priced(offer, cost, room)
+            if k and r > rate:
                 best, rate = Plan(d, k), r
         return probe if best is NONE else best
 

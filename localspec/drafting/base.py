@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.costs import CostModel
+from localspec.drafting.costs import CostModel, amortized, best_k
 
 if TYPE_CHECKING:
     from localspec.llama.model import Model
@@ -43,6 +43,20 @@ class Offer:
 
 
 NOTHING = Offer()
+# A draft must promise this much more speed than the target alone: its estimates are noisy (docs/benchmarks.md,
+# "The planner's and the copier's constants"); the host's time is priced (CostModel.round_cost).
+MARGIN = 1.05
+
+
+def priced(offer: Offer, cost: CostModel, room: int) -> tuple[int, float]:
+    """The offer's best k and its tokens per second, its setup spread over its horizon (k 0: it cannot win)."""
+    k, rate = best_k(offer.survival, cost, offer.token_seconds)
+    return k, amortized(rate, offer.setup_seconds, room if offer.horizon is None else offer.horizon) if k else 0.0
+
+
+def wins(offer: Offer, cost: CostModel, room: int) -> bool:
+    """Whether the offer beats the target alone by MARGIN, priced as the planner prices it."""
+    return priced(offer, cost, room)[1] > MARGIN / cost.alone
 
 
 @dataclass(frozen=True)

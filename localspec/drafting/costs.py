@@ -51,6 +51,9 @@ class CostModel:
     host_round: float = 0.0
     host_position: float = 0.0
     host_draft: float = 0.0
+    # a draft model loading beside the target (draft_model.BackgroundLoad): the decodes and host time measured
+    # meanwhile are the load's slowdown, which the draft's policy prices, not the machine's: nothing is learned
+    beside_load: bool = field(default=False, repr=False)
     _ns: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -108,6 +111,10 @@ class CostModel:
         included (its draft tokens' own cost apart: the drafter's token_seconds)."""
         return self.verify_cost(k + 1) + self.host_round + self.host_position * expected
 
+    def quiet_round(self, k: int, expected: float) -> float:
+        """round_cost on the quiet curve: what the round takes where nothing else slows the machine."""
+        return self._shape(k + 1) + self.host_round + self.host_position * expected
+
     @property
     def alone(self) -> float:
         """Estimated seconds per token of the target alone (a one-token decode and the host's round)."""
@@ -123,6 +130,8 @@ class CostModel:
         """Fold a round's host seconds into the kept ones: `fixed` outside the decodes, sampling and drafting, and
         `sampled` over `positions` sampled positions (none: it is the round's). A measurement counts as at most
         four times the estimate (a garbage collection, a busy moment)."""
+        if self.beside_load:
+            return
         if not positions:
             fixed, sampled = fixed + sampled, 0.0
         self.host_round = _host_learned(self.host_round, fixed)
@@ -183,7 +192,10 @@ class CostModel:
         One measurement counts as at most twice the estimate (a decode stalled by a burst of load); a new
         size between measured ones starts halfway between the interpolated and the measured cost; one beyond
         the largest measured (where the estimate is a guess) is taken as measured, and leaves the scale alone.
+        Nothing is learned beside a draft model's load (`beside_load`), but a first decode.
         """
+        if self.beside_load and self.verify:
+            return
         if not self.verify:  # the first decode measured
             self.verify[n], self._ns = seconds, [n]
             return

@@ -1,19 +1,25 @@
 """Drafting with a small model of the target's vocabulary: sampled proposals, tracked acceptance.
 
-The draft's KV cache is brought up to date only when it drafts (a catch-up the planner prices in),
-so a generation that never uses it never pays for its prefill.
+Under its policy the draft model loads on a thread of its own beside the target's work (`BackgroundLoad`): the
+target decodes alone meanwhile, and the draft joins at a round boundary once it is ready. Its KV cache is brought
+up to date on that thread as far as the context then went, and at its first draft for the rest (a catch-up the
+planner prices in), so a generation that never uses it never pays for its prefill.
 """
 
 from __future__ import annotations
 
+import atexit
+import sys
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
-from localspec.drafting.base import NOTHING, Drafter, Offer, Verdict
+from localspec.drafting.base import NOTHING, Drafter, Offer, Verdict, wins
 from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.policy import DRAFT_MAX_K, TRIAL_K, DraftPolicy, Terms, clear_win
 
@@ -88,13 +94,84 @@ class Acceptance:
         return [a**j for j in range(1, k_max + 1)]
 
 
+class Loading(Protocol):
+    """A draft model's load under way beside the target's work."""
+
+    def ready(self) -> bool:
+        """Whether it has ended (loaded, failed or cancelled): `result` then returns at once."""
+
+    def result(self) -> Model | None:
+        """The loaded model (waiting for it), or None where it failed or was cancelled (said in one line)."""
+
+    def cancel(self) -> None:
+        """Stop it and free whatever it loaded; it has ended when this returns."""
+
+
+Load = Callable[..., "Model"]  # loads the draft model; called with cancel=threading.Event where it may be cancelled
+_LOADS: weakref.WeakSet[BackgroundLoad] = weakref.WeakSet()  # under way: cancelled when the process exits
+
+
+class BackgroundLoad:
+    """A draft model loading on a thread of its own (llama.cpp's calls release the GIL), then catching up on
+    `tokens` there: nothing waits for it. Cancelled (Ctrl-C, the process or server stopping, a one-shot answer
+    ending first), llama.cpp stops reading tensors at its next progress call and what was loaded is freed."""
+
+    def __init__(self, load: Load, tokens: Sequence[int] = (), *, warn: Callable[[str], None] | None = None) -> None:
+        self._load, self._tokens, self._warn = load, list(tokens), warn or _warn
+        self.cancelled = threading.Event()
+        self._model: Model | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="localspec-draft-load", daemon=True)
+        _LOADS.add(self)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            model = self._load(cancel=self.cancelled)
+            if len(self._tokens) > 1 and not self.cancelled.is_set():
+                model.sync(self._tokens, 0)  # its catch-up, off the answer's path
+            self._model = model
+        except BaseException as e:  # reported where the result is asked for, on the thread that asks
+            self._error = e
+
+    def ready(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> Model | None:
+        self._thread.join()
+        if self._error is not None and not self.cancelled.is_set():
+            self._warn(f"localspec: draft model not loaded ({self._error}); the target goes on alone")
+            self._error = None
+        return self._model
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self._thread.join()
+        model, self._model = self._model, None
+        if model is not None:
+            model.close()
+
+
+def _warn(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+@atexit.register
+def _cancel_loads() -> None:
+    """Loads still under way at exit stop before the interpreter does (a daemon thread inside llama.cpp would not)."""
+    for load in list(_LOADS):
+        load.cancel()
+
+
 class DraftModelDrafter(Drafter):
     """Drafts by sampling a small model token by token, keeping each token's distribution q.
 
-    With a `policy` (policy.DraftPolicy) it is loaded at its first draft, when and if the policy allows, offers
-    what the policy's terms allow, and reports its load, rounds and answers to it as evidence. Under automatic k,
-    once loaded, it rechecks with k = 1 now and then while it loses (backing off), so the choice can switch back
-    when the text gets easier.
+    With a `policy` (policy.DraftPolicy) it is loaded beside the target's work (`background`) once the policy's
+    terms make its offer win over their horizon (from the answer's first round where the policy's choice says it
+    is used: every round beside its load is measured, so what the load costs the target is known), offers
+    nothing until it is ready, and reports its load (and what the target lost while it ran), rounds and answers
+    to the policy as evidence. Under automatic k, once loaded, it rechecks with k = 1 now and then while it loses
+    (backing off), so the choice can switch back when the text gets easier. Dropped, its memory is returned.
     """
 
     name = "draft_model"
@@ -103,17 +180,22 @@ class DraftModelDrafter(Drafter):
 
     def __init__(
         self,
-        model: Model | Callable[[], Model],
+        model: Model | Load,
         cost: CostModel | None = None,
         *,
         policy: DraftPolicy | None = None,
         path: Path | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        background: Callable[[Load, Sequence[int]], Loading] = BackgroundLoad,
     ) -> None:
-        """`model`: the draft model, or a function loading it at its first draft (then `path` names its file).
-        `policy`: what the session chose about it (None: a plain drafter the planner prices). `clock`: the
-        time its rounds are measured by."""
+        """`model`: the draft model, or a function loading it (then `path` names its file): beside the target's
+        work through `background` under a `policy`, else at its first draft. `policy`: what the session chose
+        about it (None: a plain drafter the planner prices). `clock`: the time its rounds are measured by."""
         self._load = model if callable(model) else None
+        self._background, self._loading = background, None  # type: Callable[[Load, Sequence[int]], Loading], Loading | None
+        self._load_started = 0.0  # when its load began (the clock's)
+        self.beside = 0.0  # what the target's rounds lost while it loaded: their seconds over their quiet cost
+        self.joined: int | None = None  # the answer's token at which it joined (None: not loaded in this answer)
         self.loaded: Model | None = None if callable(model) else model
         self.path = path if path is not None else Path(model.path)  # type: ignore[union-attr]
         self.cost, self.policy, self.clock = cost, policy, clock
@@ -122,6 +204,7 @@ class DraftModelDrafter(Drafter):
         self.recheck_every, self._since = 8, 0  # rounds between rechecks, rounds since it last drafted
         self._probe: str | None = None  # the probe its latest offer held ("trial", "recheck"), taken or not
         self._round_start = 0.0
+        self._offered_at: float | None = None  # when the round now planned began, while it loads (the clock's)
 
     @property
     def model(self) -> Model:
@@ -131,19 +214,67 @@ class DraftModelDrafter(Drafter):
             t0 = self.clock()
             self.loaded = self._load()
             if self.policy is not None:
-                self.policy.loaded(self.clock() - t0)
+                self.policy.loaded(self.clock() - t0, self.clock() - t0)
         return self.loaded
+
+    @property
+    def loading(self) -> bool:
+        """Whether its load is under way beside the target's work."""
+        return self._loading is not None
+
+    def start_loading(self, ctx: Sequence[int] = ()) -> None:
+        """Begin its load beside the target's work (once), to catch up on `ctx` but its last token there."""
+        if self.loaded is None and self._loading is None and self._load is not None:
+            self._load_started, self.beside = self.clock(), 0.0
+            self._loading = self._background(self._load, list(ctx[:-1]))
+            self._quiet(False)
+
+    def _quiet(self, quiet: bool) -> None:
+        """Whether the machine is its own again: its cost model learns nothing from decodes beside a load."""
+        if self.cost is not None:
+            self.cost.beside_load = not quiet
+
+    def cancel(self) -> None:
+        """Stop a load under way (its memory freed; a later offer may start another)."""
+        if self._loading is not None:
+            self._loading.cancel()
+            self._loading = None
+            self._quiet(True)
+
+    def _join(self, answer: int) -> bool:
+        """Whether it is loaded now: a load that has ended joins here, at a round boundary."""
+        if self._loading is None or not self._loading.ready():
+            return self.loaded is not None
+        loading, self._loading = self._loading, None
+        self.loaded = loading.result()
+        self._quiet(True)
+        if self.loaded is not None:
+            self.joined = answer
+            if self.policy is not None:
+                self.policy.loaded(self.clock() - self._load_started, self.beside)
+        elif self.policy is not None:
+            self.policy.dropped = True  # it could not load: the target goes on alone
+        return self.loaded is not None
+
+    def _drop(self) -> None:
+        """Its policy dropped it: its memory is returned."""
+        if self.loaded is not None:
+            self.loaded.close()
+            self.loaded = None
+        self.cancel()
 
     def reset(self) -> None:
         if self.loaded is not None:
             self.loaded.reset()
 
     def begin(self, prompt_len: int, *, fill: bool = False) -> None:
-        self._answer_start, self._answer = prompt_len, 0
+        self._answer_start, self._answer, self.joined = prompt_len, 0, None
 
     def end(self, ctx: Sequence[int]) -> None:
         if self.policy is not None:
             self.policy.answered(self._answer, self.acceptance.learned)
+            if not self.policy.session:  # one answer: a load it did not need stops with it
+                self.cancel()
         self._answer = 0
         if self.loaded is not None:
             self.loaded.remember()  # its cache follows the target's into the prompt cache
@@ -153,18 +284,25 @@ class DraftModelDrafter(Drafter):
         once dropped); a probe where it is on trial, or loaded and losing but a clear win may be back."""
         if cost is None:
             return Offer(self.acceptance.survival(k_max))
-        loaded, answer = self.loaded is not None, len(ctx) - self._answer_start
-        terms = (
-            self.policy.terms(cost, answer=answer, room=room, loaded=loaded, alpha=self.acceptance.alpha)
-            if self.policy is not None
-            else Terms(0.0, room, trial=False)
-        )
-        if terms is None:
+        answer = len(ctx) - self._answer_start
+        if self.policy is None:
+            terms = Terms(0.0, room, trial=False)
+        elif (policy_terms := self.policy.terms(cost, answer=answer, room=room, alpha=self.acceptance.alpha)) is None:
+            if self.loaded is not None or self._loading is not None:
+                self._drop()
             return NOTHING
-        setup = terms.load + self._catch_up(ctx) * cost.draft_prefill_token
+        else:
+            terms = policy_terms
+        setup = terms.load + self._catch_up(ctx) * cost.draft_prefill_token * terms.catch_up
+        offer = Offer(self.acceptance.survival(k_max), cost.draft_step, setup, terms.horizon)
+        if self.policy is not None and not self._join(answer):  # loaded beside the target once its offer wins
+            if self.policy.preload or terms.trial or (terms.horizon and wins(offer, cost, room)):
+                self.start_loading(ctx)
+            self._offered_at = self.clock() if self._loading is not None else None
+            return NOTHING
         self._probe = "trial" if terms.trial else self._recheck(room, cost, setup)
         probe = {"trial": min(TRIAL_K, room), "recheck": 1}.get(self._probe or "", 0)
-        return Offer(self.acceptance.survival(k_max), cost.draft_step, setup, terms.horizon, probe)
+        return Offer(offer.survival, offer.token_seconds, setup, terms.horizon, probe)
 
     def _catch_up(self, ctx: list[int]) -> int:
         """The tokens its cache is behind ctx (the last is decoded anyway, as part of the first draft)."""
@@ -202,6 +340,10 @@ class DraftModelDrafter(Drafter):
         return out
 
     def accept(self, ctx: list[int], verdict: Verdict) -> None:
+        if self._offered_at is not None and self.cost is not None:  # a round beside its load: what the target lost
+            quiet = self.cost.quiet_round(verdict.drafted, verdict.accepted + 1)
+            self.beside += max(self.clock() - self._offered_at - quiet, 0.0)
+            self._offered_at = None
         if self.loaded is not None:  # the target keeps all of ctx but its last token
             self.loaded.trim(min(len(self.loaded.tokens), len(ctx) - 1))
         mine = verdict.by is self
@@ -221,16 +363,17 @@ class DraftModelDrafter(Drafter):
 
 
 def drafters(
-    model: Model | Callable[[], Model],
+    model: Model | Load,
     cost: CostModel | None,
     *,
     policy: DraftPolicy | None,
     path: Path | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    background: Callable[[Load, Sequence[int]], Loading] = BackgroundLoad,
 ) -> list[Drafter]:
     """The draft model's drafters for a session (DraftModelDrafter's arguments): none where its `policy` skips
     it, else it and what the policy measures beside it (DraftPolicy.probes)."""
     if policy is not None and policy.choice == "skip":
         return []
-    drafter = DraftModelDrafter(model, cost, policy=policy, path=path, clock=clock)
+    drafter = DraftModelDrafter(model, cost, policy=policy, path=path, clock=clock, background=background)
     return [drafter, *(policy.probes() if policy is not None else [])]

@@ -11,9 +11,14 @@ Whether a draft model drafts here, and when, is decided here and nowhere else:
   answer), `use` (its verdict), `explore` (never measured here and the prior may promise a clear win: it is
   loaded in this answer where the promise is clear), `try` (a measured loser or a borderline promise, tried
   rarely, within BUDGET of the user's seconds), or `skip`.
-- **Within an answer** (`DraftPolicy` as DraftModelDrafter asks it): it is loaded once the answer so far would
-  have repaid its load and catch-up (ski rental), an explored one only for a clear win, and one explored or
-  tried is dropped as soon as its realized rounds lose, so its regret is its setup and a few rounds.
+- **Within an answer** (`DraftPolicy` as DraftModelDrafter asks it): it loads beside the target's work, so its
+  load is priced at what it costs the target meanwhile (`load_price`: as measured here, else by the share of the
+  target's speed such a load takes on a machine like this one), not its wall time; one in use starts loading at
+  once; else it starts once its offer would repay that price and its catch-up over the horizon (ski rental: the
+  rest of the answer as this pair's were long, or at least the answer so far; in a chat or a server, the
+  `session`, the rest of what its sessions produce), an explored one only for a clear win; one explored or tried
+  is dropped as soon as its realized rounds lose, its memory returned, so its regret is its setup and a few
+  rounds.
 - **Settling** (`DraftPolicy.settle`): the session's realized speedup (its load included), or where too few of
   its rounds ran the promise of its measured costs, moves the verdict; the seconds lost to an exploration, a
   try or an ended use count against the budget, and each doubles the wait before the next try.
@@ -34,6 +39,10 @@ ASSUMED_ALPHA = 0.9  # the acceptance a draft model is judged at where nothing s
 # clear win): the prior's costs are bounds and guesses, a one-token cost measured just after a load reads high,
 # and its rounds cost Python time the curve leaves out (docs/benchmarks.md, "The draft model's policy").
 WIN_MARGIN = 1.25
+# A clear win's margin where decodes are memory-bound (a GPU): there the prior's draft token (its size's share of a
+# decode) is what one costs, and a load beside the target costs it little; it rises to WIN_MARGIN as decodes turn
+# compute-bound (CostModel.compute_share up to CPU_SHARE), where the prior errs high.
+MEMORY_BOUND_MARGIN = 1.1
 DRAFT_MAX_K = 16  # the longest draft a draft model makes
 # A draft model on trial (a try, or one the user named) drafts TRIAL_K tokens in this many rounds where nothing
 # else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
@@ -52,6 +61,12 @@ ANSWER_DECAY = 0.3  # the weight of a new answer's length in the pair's typical 
 # target's: loaded in the middle of an answer on a CPU it competes with the target's threads (docs/benchmarks.md,
 # "The draft model's prior").
 CPU_SHARE, CPU_LOAD = 0.25, 2.0
+# The share of the target's speed a draft model's load beside it takes, before one was measured here: an upload on
+# a GPU (memory-bound decodes) little of it, a load on the CPU cores the target decodes on about half of it.
+BESIDE_GPU, BESIDE_CPU = 0.1, 0.5
+# The tokens a session (a chat, a server) produces in all, before this pair's sessions were measured: a handful of
+# answers; what its sessions produced (a decayed mean) replaces it.
+SESSION_TOKENS = 1500
 # The verdict's noise band: a verdict flips only beyond 1 +- NOISE, over twice the range of repeated tries' margins
 # (docs/benchmarks.md, "The verdict's noise band").
 NOISE = 0.07
@@ -137,12 +152,16 @@ class Kept:
     draft_prefill: float | None = None
     agreement: float | None = None
     load: float | None = None
+    beside: float | None = None  # what its load beside the target cost the target, in seconds
     answer: float | None = None  # how long this pair's answers are, in tokens (a decayed mean)
+    session: float | None = None  # how many tokens this pair's sessions (chats, servers) produce (a decayed mean)
 
-    TABLES: ClassVar[tuple[str, ...]] = ("draft", "draft_prefill", "agreement", "load", "answer")
+    TABLES: ClassVar[tuple[str, ...]] = ("draft", "draft_prefill", "agreement", "load", "beside", "answer", "session")
     STORED: ClassVar[dict[str, str]] = {
         "load": "draft_load",
+        "beside": "draft_load_beside",
         "answer": "answer_tokens",
+        "session": "session_tokens",
     }  # a table's name in the store where it differs
 
     @classmethod
@@ -176,6 +195,13 @@ class Kept:
         """What its load takes here: as it last took, else as `load_estimate` expects."""
         return self.load if self.load is not None else load_estimate(cost, size_ratio, loaded_in)
 
+    def load_price(self, cost: CostModel, size_ratio: float, loaded_in: float) -> float:
+        """What its load beside the target costs the target: as measured when it last loaded, else its load's
+        seconds times the share of the target's speed such a load takes here (`beside_share`)."""
+        if self.beside is not None:
+            return self.beside
+        return self.load_or_estimate(cost, size_ratio, loaded_in) * beside_share(cost)
+
 
 def positive(table: Any, key: str) -> float | None:
     """table[key] where it is a positive finite number (a kept time or ratio); None otherwise."""
@@ -205,17 +231,20 @@ def by_size(cost: CostModel, bound: float) -> CostModel:
     )
 
 
-def promise(cost: CostModel, *, alpha: float = ASSUMED_ALPHA, room: int = 16, setup: float = 0.0) -> float:
+def promise(
+    cost: CostModel, *, alpha: float = ASSUMED_ALPHA, room: int = 16, setup: float = 0.0, margin: float = WIN_MARGIN
+) -> float:
     """A draft model's promised speedup over the target alone at acceptance `alpha` (amortizing `setup` seconds
-    over `room` tokens), over WIN_MARGIN: above 1 it promises a clear win; 0 where no k wins at all."""
+    over `room` tokens), over `margin`: above 1 it promises a clear win; 0 where no k wins at all."""
     survival = [alpha**j for j in range(1, min(room, DRAFT_MAX_K) + 1)]
     k, rate = best_k(survival, cost, cost.draft_step)
-    return amortized(rate, setup, room) * cost.alone / WIN_MARGIN if k else 0.0
+    return amortized(rate, setup, room) * cost.alone / margin if k else 0.0
 
 
 def clear_win(cost: CostModel, **at: Any) -> bool:
-    """Whether a draft model with these costs promises to beat the target alone by WIN_MARGIN (`promise`).
-    On a CPU, where a batch of k tokens costs nearly k single decodes, it never does with a Q4_K target."""
+    """Whether a draft model with these costs promises to beat the target alone by WIN_MARGIN (or the `margin`
+    given: `promise`). On a CPU, where a batch of k tokens costs nearly k single decodes, it never does with a
+    Q4_K target."""
     return promise(cost, **at) > 1
 
 
@@ -226,6 +255,20 @@ def load_estimate(cost: CostModel, size_ratio: float, loaded_in: float) -> float
     if not cost.measured:
         return CPU_LOAD * loaded_in
     return loaded_in * (size_ratio + (CPU_LOAD - size_ratio) * min(cost.compute_share() / CPU_SHARE, 1.0))
+
+
+def beside_share(cost: CostModel) -> float:
+    """The share of the target's speed a draft model's load beside it takes, before one was measured: BESIDE_GPU
+    where decodes are memory-bound, up to BESIDE_CPU as they are compute-bound (its load then shares the cores)."""
+    bound = min(cost.compute_share() / CPU_SHARE, 1.0) if cost.measured else 1.0
+    return BESIDE_GPU + (BESIDE_CPU - BESIDE_GPU) * bound
+
+
+def win_margin(cost: CostModel) -> float:
+    """The promise a draft model not measured here must make to be explored: MEMORY_BOUND_MARGIN where decodes
+    are memory-bound, up to WIN_MARGIN as they are compute-bound (where the prior errs high)."""
+    bound = min(cost.compute_share() / CPU_SHARE, 1.0) if cost.measured else 1.0
+    return MEMORY_BOUND_MARGIN + (WIN_MARGIN - MEMORY_BOUND_MARGIN) * bound
 
 
 def try_estimate(bound: float, cost: CostModel, load: float) -> float:
@@ -265,13 +308,15 @@ class Realized:
 
 
 class Terms(NamedTuple):
-    """What the policy allows the draft model's offer now: the seconds of its load priced into its setup, the
-    tokens its setup is spread over (0: it may not be loaded now), and whether a trial round is due (TRIAL_K
-    tokens whatever their price)."""
+    """What the policy allows the draft model's offer now: the seconds of its load priced into its setup (what
+    the load costs the target), the tokens its setup is spread over (0: it may not start loading now), whether a
+    trial round is due (TRIAL_K tokens whatever their price), and the share of its catch-up's seconds the target
+    pays (`beside_share` while it would catch up on its load's thread; 1 on the answer's path)."""
 
     load: float
     horizon: int
     trial: bool
+    catch_up: float = 1.0
 
 
 @dataclass
@@ -281,7 +326,8 @@ class DraftPolicy:
 
     `bound` is its size bound (target decodes a draft token costs at least); `cost` the session's cost model,
     priced for it by `decide` (a copy: the one `decide` is handed is left as it was); `target_load` the seconds
-    the target's load took here (what its first load is estimated from, where none was measured)."""
+    the target's load took here (what its first load is estimated from, where none was measured); `session` says
+    the engine gives many answers (a chat, a server): its load is priced over the session's tokens."""
 
     draft_key: str
     name: str
@@ -292,8 +338,10 @@ class DraftPolicy:
     target_load: float = 0.0
     notes: list[str] = field(default_factory=list)
     min_answer: int = MIN_ANSWER  # how long an answer must be before its trial rounds (a named one's: 0)
+    session: bool = False
     # the session's evidence, as its drafter reports it
-    load_seconds: float = 0.0  # what its load took, once it loaded
+    load_seconds: float = 0.0  # what its load took, once it loaded ...
+    beside: float = 0.0  # ... and what the target's rounds lost meanwhile
     realized: Realized = field(default_factory=Realized)  # its rounds against the target alone's time
     learned: float | None = None  # the agreement its rounds showed (draft_model.Acceptance.learned)
     answers: list[int] = field(default_factory=list)  # each answer's tokens
@@ -305,7 +353,16 @@ class DraftPolicy:
 
     @classmethod
     def decide(
-        cls, draft_key: str, name: str, kept: Kept, cost: CostModel, *, bound: float, loaded_in: float, named: bool
+        cls,
+        draft_key: str,
+        name: str,
+        kept: Kept,
+        cost: CostModel,
+        *,
+        bound: float,
+        loaded_in: float,
+        named: bool,
+        session: bool = False,
     ) -> DraftPolicy:
         """The session's choice (see the module), and what it says to the user. Nothing is measured for it; its
         `cost` is priced at the size bound where the draft model drafts before its costs are measured."""
@@ -313,7 +370,9 @@ class DraftPolicy:
         cost = copy.deepcopy(cost)
         if measured:
             kept.price(cost)
-        may_win = not cost.measured or clear_win(by_size(cost, bound))  # a first run: its answer prices it
+        may_win = not cost.measured or clear_win(
+            by_size(cost, bound), margin=win_margin(cost)
+        )  # a first run: its answer
         choice: Choice
         if named:
             choice = "named"
@@ -338,7 +397,12 @@ class DraftPolicy:
         if choice == "try" or (choice != "skip" and not measured):  # priced by its size until it drafts
             cost.guess_draft(ratio)
         start = 0 if named else MIN_ANSWER
-        return cls(draft_key, name, choice, kept, bound, cost, target_load=loaded_in, notes=notes, min_answer=start)
+        return cls(draft_key, name, choice, kept, bound, cost, loaded_in, notes, min_answer=start, session=session)
+
+    @property
+    def preload(self) -> bool:
+        """Whether its load starts at the session's first round, whatever the horizon (it is used here)."""
+        return self.choice in ("named", "use") and not self.dropped and not self.load_seconds
 
     def probes(self) -> list[Drafter]:
         """The drafters measuring what its choice needs beside it: an explored one's batch probe."""
@@ -354,41 +418,48 @@ class DraftPolicy:
         kept = self.kept.agreement or 1.0
         return kept + (1.0 - kept) * min(self.kept.decision.runs / FORGET_RUNS, 1.0) if kept < 1 else kept
 
-    def terms(self, cost: CostModel, *, answer: int, room: int, loaded: bool, alpha: float) -> Terms | None:
+    def terms(self, cost: CostModel, *, answer: int, room: int, alpha: float) -> Terms | None:
         """What its offer may hold now, `answer` tokens into the answer with `room` left, at the acceptance
         `alpha` its drafter predicts (Terms; None once dropped).
 
-        Its load is priced into its setup as its last load took here, else as estimated from the target's (none
-        once loaded, or for a named one: the user's choice). Not loaded yet, its setup is spread over the rest of
-        the answer as this pair's answers were long before, or at least the answer so far (ski rental: loaded
-        once it would have repaid its load and catch-up on the tokens so far, so a short answer never pays for it
-        and a long one loses at most that), and it is not offered before SEEN_TOKENS of the answer showed how
-        sure the target is of it, nor as an exploration before this answer measured a small batch (the batch
-        probe, a copy) and it then promises a clear win over that horizon."""
+        Its load is priced into its setup at what it costs the target (`Kept.load_price`; none once loaded, or
+        for a named one: the user's choice). Not loaded yet, its setup is spread over the horizon: the rest of the
+        answer as this pair's answers were long before, or at least the answer so far (ski rental: loaded once it
+        would have repaid its setup on the tokens so far, so a short answer never pays for it and a long one loses
+        at most that), and in a session the rest of the session likewise (its tokens as this pair's sessions
+        produced, or at least those so far). It is not offered before SEEN_TOKENS of the answer showed how sure
+        the target is of it, nor as an exploration before this answer measured a small batch (the batch probe, a
+        copy) and it then promises a clear win over that horizon."""
         if self.dropped:
             return None
-        named = self.choice == "named"
-        load = (
-            0.0
-            if loaded or named or self.load_seconds
-            else self.kept.load_or_estimate(cost, self.bound / SIZE_MARGIN, self.target_load)
-        )
+        named, loaded = self.choice == "named", self.load_seconds > 0
+        load = 0.0 if loaded or named else self.kept.load_price(cost, self.bound / SIZE_MARGIN, self.target_load)
+        catch_up = 1.0 if loaded else beside_share(cost)
         if loaded or named:
             horizon = room
         elif answer < SEEN_TOKENS:  # what the text is like (the target's confidence) is not known yet
             horizon = 0
         else:
-            horizon = min(room, max(answer, round(self.kept.answer or 0) - answer))
+            horizon = self._horizon(answer, room)
             small_batch = any(2 <= n <= PROBE_ROWS for n in cost.verify)  # measured, not a guess
-            if self.choice == "explore" and not (small_batch and clear_win(cost, alpha=alpha, room=horizon)):
+            win = clear_win(cost, alpha=alpha, room=horizon, margin=win_margin(cost))
+            if self.choice == "explore" and not (small_batch and win):
                 horizon = 0
-        return Terms(load, horizon, self.trials > 0 and answer >= self.min_answer)
+        return Terms(load, horizon, self.trials > 0 and answer >= self.min_answer, catch_up)
+
+    def _horizon(self, answer: int, room: int) -> int:
+        """The tokens a load now would be spread over (ski rental: at least as many as came before it)."""
+        if not self.session:
+            return min(room, max(answer, round(self.kept.answer or 0) - answer))
+        done = sum(self.answers) + answer
+        return max(done, round(self.kept.session or SESSION_TOKENS) - done)
 
     # The evidence its drafter reports.
 
-    def loaded(self, seconds: float) -> None:
-        """Its load took `seconds`."""
+    def loaded(self, seconds: float, beside: float) -> None:
+        """Its load took `seconds`, and cost the target's rounds `beside` seconds meanwhile."""
         self.load_seconds += seconds
+        self.beside += beside
 
     def caught_up(self, seconds: float) -> None:
         """A catch-up of its cache took `seconds` (within its rounds)."""
@@ -418,12 +489,15 @@ class DraftPolicy:
         kept, loaded, realized = self.kept, self.load_seconds > 0, self.realized
         for n in self.answers:
             kept.answer = n if kept.answer is None else (1 - ANSWER_DECAY) * kept.answer + ANSWER_DECAY * n
+        if self.session and self.answers:
+            n = sum(self.answers)
+            kept.session = n if kept.session is None else (1 - ANSWER_DECAY) * kept.session + ANSWER_DECAY * n
         known = cost.draft > 0 and not cost.draft_guessed  # measured here, now or by a run before
         if known:
             kept.draft, kept.draft_prefill = cost.draft, cost.draft_prefill
         speedup = realized.speedup() if loaded else None
         promised = promise(cost) if loaded and known and cost.measured else None  # no evidence unless loaded
-        lost = max(realized.seconds + self.load_seconds - realized.alone, 0.0) if loaded else 0.0
+        lost = max(realized.seconds + self.beside - realized.alone, 0.0) if loaded else 0.0
         kept.decision.settle(
             self.choice if loaded and self.choice != "named" else "use" if loaded else "skip",
             margin=speedup if speedup is not None else promised,
@@ -433,7 +507,7 @@ class DraftPolicy:
         if self.learned is not None and realized.rounds:  # evidence accumulates
             kept.agreement = self.learned if kept.agreement is None else (kept.agreement + self.learned) / 2
         if loaded:
-            kept.load = self.load_seconds
+            kept.load, kept.beside = self.load_seconds, self.beside
         return kept
 
 
@@ -500,7 +574,7 @@ def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
         )
     decision = kept.decision
     if not kept.measured:
-        if not clear_win(by_size(cost, bound)):
+        if not clear_win(by_size(cost, bound), margin=win_margin(cost)):
             return cannot_win(f"by its size a draft token costs at least {bound:.2f} target decodes")
         return "not measured yet: the next answer it may clearly win loads it"
     cost = copy.deepcopy(cost)

@@ -73,13 +73,21 @@ def file_bound(target_path: Path, draft_path: Path) -> float:
 
 
 def decide(
-    keys: tuple[str, str], paths: tuple[Path, Path], cost: CostModel, loaded_in: float, *, named: bool
+    keys: tuple[str, str],
+    paths: tuple[Path, Path],
+    cost: CostModel,
+    loaded_in: float,
+    *,
+    named: bool,
+    session: bool = False,
 ) -> DraftPolicy:
     """The session's policy on the draft model (`keys` and `paths`: the target's and the draft's), decided on what
     is kept here (policy.DraftPolicy.decide); `loaded_in` is the target's load time, `named` whether the user chose
-    this draft model."""
+    this draft model, `session` whether it gives many answers (a chat, a server)."""
     bound = file_bound(*paths)
-    return DraftPolicy.decide(keys[1], paths[1].name, kept(*keys), cost, bound=bound, loaded_in=loaded_in, named=named)
+    return DraftPolicy.decide(
+        keys[1], paths[1].name, kept(*keys), cost, bound=bound, loaded_in=loaded_in, named=named, session=session
+    )
 
 
 def keep(target_key: str, cost: CostModel, draft: tuple[str, Kept] | None = None) -> None:

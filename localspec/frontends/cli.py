@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -292,7 +293,7 @@ def chat(
 
     source = find_session(resume) if resume is not None else None  # before the models load: nothing to wait for
     with loading("loading models…"):
-        spec = LocalSpec.from_config(cfg)
+        spec = LocalSpec.from_config(replace(cfg, session=True))  # many answers: the draft model's horizon
     for note in spec.notes:
         print(f"localspec: {note}", file=sys.stderr)
     conv = Conversation(spec, system=system, max_tokens=max_tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,23 +76,44 @@ def amx_weights_disabled() -> bool:
     return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode("utf-8", "replace")
 
 
-def new_llama(**kwargs: Any) -> llama_cpp.Llama:
-    """llama_cpp.Llama(**kwargs), with weights kept out of AMX buffers where amx_weights_disabled()."""
-    if not amx_weights_disabled():
-        return llama_cpp.Llama(**kwargs)
-    low = llama_cpp.llama_cpp
-    default = low.llama_model_default_params
+class Cancelled(LocalspecError):
+    """A model's load was cancelled before it finished (nothing of it is kept)."""
 
-    def params() -> llama_cpp.llama_model_params:
-        p = default()
+
+_DEFAULT_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
+_LOADING = threading.local()  # this thread's construction: its model parameters' changes
+
+
+def _model_params() -> llama_cpp.llama_model_params:
+    """llama.cpp's model defaults, changed as this thread's construction asks (llama_cpp.Llama reads its defaults
+    from the module: a patch read per thread leaves a construction on another thread alone)."""
+    p = _DEFAULT_PARAMS()
+    if getattr(_LOADING, "amx", False):
         p.use_extra_bufts = False
-        return p
+    callback = getattr(_LOADING, "callback", None)
+    if callback is not None:
+        p.progress_callback = callback
+    return p
 
-    low.llama_model_default_params = params  # the constructor reads its defaults from here
+
+llama_cpp.llama_cpp.llama_model_default_params = _model_params
+
+
+def new_llama(*, cancel: threading.Event | None = None, **kwargs: Any) -> llama_cpp.Llama:
+    """llama_cpp.Llama(**kwargs), with weights kept out of AMX buffers where amx_weights_disabled(), and a load
+    that stops (Cancelled) once `cancel` is set: llama.cpp asks its progress callback as it reads tensors."""
+    _LOADING.amx = amx_weights_disabled()
+    _LOADING.callback = (
+        llama_cpp.llama_progress_callback(lambda progress, data: not cancel.is_set()) if cancel is not None else None
+    )
     try:
         return llama_cpp.Llama(**kwargs)
+    except ValueError:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the load was cancelled") from None
+        raise
     finally:
-        low.llama_model_default_params = default
+        _LOADING.amx, _LOADING.callback = False, None
 
 
 # Exact batches. ggml's CPU backend computes a row of a batch as a batch of one computes it where both take
@@ -143,7 +165,10 @@ class Model:
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         flash_attn: bool = False,
+        cancel: threading.Event | None = None,
     ) -> None:
+        """Load the model at `path` (LocalspecError naming what is wrong with the file; Cancelled once `cancel` is
+        set while it loads)."""
         n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at the context; a larger one aborts natively
         try:
             self.llm = new_llama(
@@ -161,7 +186,10 @@ class Model:
                 use_mmap=n_gpu_layers > 0 or amx_weights_disabled(),
                 logits_all=False,
                 verbose=False,
+                cancel=cancel,
             )
+        except Cancelled:
+            raise
         except (ValueError, RuntimeError) as e:
             read_gguf(path)  # what is wrong with the file, where its header tells (BadModelFile)
             raise LocalspecError(f"{path}: llama.cpp could not load the model ({e})") from None
@@ -203,6 +231,16 @@ class Model:
             "gpu_layers": self.n_gpu_layers,
             "flash_attn": self.flash_attn,
         }
+
+    def close(self) -> None:
+        """Free the model's weights, context and batch now (it is of no use after)."""
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            llama_cpp.llama_batch_free(batch)
+            self._batch = None
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            llm.close()
 
     def __del__(self) -> None:
         batch = getattr(self, "_batch", None)

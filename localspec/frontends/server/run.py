@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import replace
 from typing import Any
 
 import uvicorn
@@ -36,7 +37,7 @@ def serve_forever(cfg: RunConfig, settings: ServerSettings) -> None:
     if warning:
         print(f"localspec: WARNING: {warning}", file=sys.stderr)
     with loading("loading models…"):
-        spec = LocalSpec.from_config(cfg)
+        spec = LocalSpec.from_config(replace(cfg, session=True))  # many answers: the draft model's horizon
     for note in spec.notes:
         print(f"localspec: {note}", file=sys.stderr)
     name = settings.model_alias or model_id(cfg)
