@@ -11,8 +11,10 @@ then one command on the GPU machine, with gpu-bundle/ copied beside the checkout
 
 `run` writes random-weight twins of the default pair (the real headers: shapes, quantization types and
 vocabulary; a decode's cost does not depend on the values), calibrates them as localspec does (verify cost
-for 1..64 tokens, the draft token and its catch-up, the draft model's verdict), runs the default against `--no-draft`
-(greedy; outputs compared by the near-tie rule), replays the recorded answers (scripts/replay.py) against the
+for 1..64 tokens, the draft token and its catch-up, the draft model's verdict), loads the draft model on its own
+thread while the target decodes alone (the load's seconds, the token the target reached meanwhile, what it slowed
+the target's decodes), runs the default against `--no-draft` (greedy; outputs compared by the near-tie rule; the
+token the draft model joined at), replays the recorded answers (scripts/replay.py) against the
 measured curve for the copier's predicted speedups, and writes one table to --out (gpu-table.md, .json).
 Everything but the CUDA build runs on a CPU too (`run --gpu-layers 0`, tested in tests/test_gpu_check.py).
 """
@@ -139,6 +141,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
         for alpha in (0.6, 0.8, ASSUMED_ALPHA)
     }
     del target, draft
+    result["beside"] = beside_load(paths, gpu_layers=gpu_layers, tokens=max(tokens, 16))
     greedy = SamplerSettings(temperature=0)
     result["runs"] = []
     for prompt in PROMPTS:
@@ -171,6 +174,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
                         )
                     },
                     "host_ms_per_token": (st.host_per_token or 0.0) * 1e3,
+                    "joined": st.first_drafts.get("draft_model"),
                 },
                 completion,
             )
@@ -187,6 +191,50 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     (out / "gpu-table.md").write_text(table(result))
     print(table(result))
     return result
+
+
+def beside_load(paths: dict[str, Path], *, gpu_layers: int, tokens: int) -> dict[str, Any]:
+    """The draft model loading on its own thread (draft_model.BackgroundLoad, as the default loads it) while the
+    target decodes greedily alone from its 8th token: the load's seconds, the token the target had reached when it
+    was ready, and the target's milliseconds a token before it and while it ran."""
+    from functools import partial
+
+    from localspec.decoding.loader import default_threads
+    from localspec.drafting.draft_model import BackgroundLoad
+    from localspec.llama.model import Model
+    from localspec.llama.template import chat_tokens
+
+    threads = default_threads()
+    target = Model(paths["target"], n_threads=threads, n_gpu_layers=gpu_layers)
+    ctx = chat_tokens(target, [{"role": "user", "content": PROMPTS[0]}])
+    logits = target.sync(ctx, 1)
+    alone: list[float] = []
+    during: list[float] = []
+    load, started, ready_at, load_seconds = None, 0.0, None, None
+    for i in range(tokens):
+        if i == 8:
+            started = time.perf_counter()
+            load = BackgroundLoad(partial(Model, paths["draft"], n_threads=threads, n_gpu_layers=gpu_layers), ctx)
+        ctx.append(int(np.argmax(logits[-1])))
+        t0 = time.perf_counter()
+        logits = target.sync(ctx, 1)
+        (during if load is not None and ready_at is None else alone).append(time.perf_counter() - t0)
+        if load is not None and ready_at is None and load.ready():
+            ready_at, load_seconds = i + 1, time.perf_counter() - started
+    if load is not None and ready_at is None:
+        load.result()
+        load_seconds = time.perf_counter() - started
+    if load is not None:
+        load.cancel()
+    ms_alone = 1e3 * float(np.median(alone)) if alone else 0.0
+    ms_during = 1e3 * float(np.median(during)) if during else ms_alone
+    return {
+        "load_seconds": load_seconds,
+        "ready_at_token": ready_at,
+        "ms_alone": ms_alone,
+        "ms_beside": ms_during,
+        "slowdown": ms_during / ms_alone if ms_alone else 1.0,
+    }
 
 
 def _same_by_near_tie(target: Any, prompt: list[int], got: list[int], want: list[int]) -> str:
@@ -223,10 +271,20 @@ def table(r: dict[str, Any]) -> str:
         f"| draft model, predicted decode × at {alpha} acceptance | {x:.2f} |"
         for alpha, x in r["draft_model_predicted"].items()
     ]
+    beside = r.get("beside")
+    if beside:
+        ready = beside["ready_at_token"]
+        lines.append(
+            f"| draft model loaded beside the target: seconds, ready at token, target ms a token alone / beside | "
+            f"{beside['load_seconds'] or 0:.2f} / {ready if ready is not None else 'after the answer'} / "
+            f"{beside['ms_alone']:.1f} / {beside['ms_beside']:.1f} ({beside['slowdown']:.2f}×) |"
+        )
     lines += [f"| copier replay, predicted decode ×: {task} | {x:.2f} |" for task, x in r["replay"].items()]
     lines += [
         f"| default vs --no-draft, measured × (random twins): {row['prompt'][:40]} | "
-        f"{row['speedup']:.2f} ({row['same']}) |"
+        f"{row['speedup']:.2f} ({row['same']}"
+        + (f"; draft model from token {row['default']['joined']}" if row["default"].get("joined") is not None else "")
+        + ") |"
         for row in r["runs"]
     ]
     lines += [

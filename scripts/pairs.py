@@ -1,8 +1,11 @@
 """Whole-process wall time, time to first token and peak RSS of `localspec generate`, two ways, in interleaved pairs.
 
     python scripts/pairs.py --pairs 4 --prompt "Explain what a mutex is." -- "" "--no-draft"
+    python scripts/pairs.py --pairs 6 --fresh --prompt "Q1" --prompt "Q2" ... -- "--no-recall --cache-disk 0" "--no-draft"
 
-Each way is a separate argument string of extra flags ("" is the default). The ways alternate (A B, B A,
+Each way is a separate argument string of extra flags ("" is the default). With several `--prompt`s pair i asks
+the i-th (cycling): both ways of a pair the same question, each pair a new one, so that no run drafts from an
+earlier answer to the same question. The ways alternate (A B, B A,
 A B, ...), so a machine whose speed drifts slows both alike; the verdict is the median of the per-pair ratios.
 Peak RSS is each child process's own (wait4). `--fresh` gives every run an empty cache directory: each is the
 first run on a new machine (no measured costs).
@@ -42,6 +45,7 @@ def run(flags: Sequence[str], prompt: str, max_tokens: int, seed: int, cache: st
         "rss_mb": usage.ru_maxrss / 1024,
         "tokens": record["completion_tokens"],
         "draft_loaded": record["draft"] is not None,
+        "joined": record.get("first_drafts", {}).get("draft_model"),
     }
 
 
@@ -53,7 +57,7 @@ def fresh_cache() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=4)
-    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--prompt", action="append", required=True, help="a question (repeat: one a pair, cycling)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="every run without measured costs (a first run)")
@@ -66,7 +70,11 @@ def main() -> None:
         order = (a, b) if i % 2 == 0 else (b, a)
         got = {
             flags: run(
-                shlex.split(flags), args.prompt, args.max_tokens, args.seed, fresh_cache() if args.fresh else None
+                shlex.split(flags),
+                args.prompt[i % len(args.prompt)],
+                args.max_tokens,
+                args.seed,
+                fresh_cache() if args.fresh else None,
             )
             for flags in order
         }
@@ -78,6 +86,7 @@ def main() -> None:
             + " | ".join(
                 f"{f or 'default'}: {g['wall']:.2f} s, first token {g['ttft']:.2f} s, "
                 f"{g['rss_mb']:.0f} MB, {g['tokens']} tokens, draft loaded {g['draft_loaded']}"
+                + (f" (drafting from token {g['joined']})" if g["joined"] is not None else "")
                 for f, g in got.items()
             ),
             flush=True,

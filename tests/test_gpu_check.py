@@ -61,6 +61,7 @@ def test_the_table_has_every_figure() -> None:
         "model_can_win": True,
         "draft_model_predicted": {"0.60": 1.2, "0.80": 1.7, "0.90": 2.1},
         "replay": {"edit-code": 2.5, "open-chat": 1.0},
+        "beside": {"load_seconds": 0.4, "ready_at_token": 70, "ms_alone": 6.0, "ms_beside": 6.6, "slowdown": 1.1},
         "runs": [
             {
                 "prompt": "Write a Python function that merges two sorted lists.",
@@ -78,7 +79,8 @@ def test_the_table_has_every_figure() -> None:
         "10.0 / 10.0 / 11.0 / 11.0 / 12.0 / 14.0 / 20.0" in text
         and "| draft model can win (at 90% acceptance) | yes |" in text
     )
-    assert "edit-code | 2.50 |" in text and "0.98 (equal)" in text and text.count("\n| ") == 14
+    assert "edit-code | 2.50 |" in text and "0.98 (equal)" in text and text.count("\n| ") == 15
+    assert "| 0.40 / 70 / 6.0 / 6.6 (1.10×) |" in text
     assert (
         "ms a round, target / draft / host, k4_sampled: Write a Python function that merges two  | 6.00 / 2.40 / 0.20"
         in text
@@ -93,6 +95,8 @@ def test_the_device_run_works_on_a_cpu(draft_path: Path, tmp_path: Path, monkeyp
     result = gpu_check.run(tmp_path / "bundle", tmp_path / "out", gpu_layers=0, tokens=8, models=tmp_path)
     assert list(result["verify_ms"]) == [1, 2, 4, 8, 16, 32, 64] and result["draft_token"] > 0
     assert result["replay"] and all(x > 0 for x in result["replay"].values())
+    beside = result["beside"]  # a model loads on its own thread while the target decodes: ready, and timed
+    assert beside["load_seconds"] > 0 and beside["ms_alone"] > 0 and beside["ms_beside"] > 0, beside
     assert all(not r["same"].startswith("DIFFERENT") for r in result["runs"]), result["runs"]
     assert all(
         r["k4_sampled"]["ms_per_round"]["draft"] > 0 < r[w]["host_ms_per_token"]

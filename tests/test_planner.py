@@ -358,13 +358,14 @@ class LoadNow:
 def test_the_draft_model_is_loaded_once_the_answer_so_far_would_have_repaid_it() -> None:
     """Ski rental: a draft model explored here starts loading beside the target once its load's price (what it
     costs the target: a small share of its seconds where decodes are memory-bound) and catch-up are repaid over as
-    many tokens as the answer has so far (what the rest is likely to be); it drafts from the round it is ready.
-    A dear load never starts in a short answer; one in use starts at the answer's first round; one loaded already
-    drafts from the start."""
+    many tokens as the rest of the answer is likely to be (this pair's answers were 100 long), or as it has so far;
+    it drafts from the round it is ready.
+    A dear load never starts in a short answer; one in use starts from the answer's first rounds where its price
+    is repaid, one the user named whatever its price; one loaded already drafts from the start."""
     from pathlib import Path
 
     def first_draft(choice: Choice, load: float) -> int | None:
-        policy = DraftPolicy("draft", "draft.gguf", choice, Kept(load=load), 0.2, FLAT)
+        policy = DraftPolicy("draft", "draft.gguf", choice, Kept(load=load, answer=100.0), 0.2, FLAT)
         drafter = DraftModelDrafter(lambda: _cache(), FLAT, policy=policy, path=Path("draft.gguf"), background=LoadNow)  # type: ignore[arg-type, return-value]
         planner = Planner([drafter], k=None, cost=FLAT)
         drafter.begin(len(prompt))
@@ -373,8 +374,9 @@ def test_the_draft_model_is_loaded_once_the_answer_so_far_would_have_repaid_it()
     prompt = list(range(100))
     cheap, dear = first_draft("explore", 0.3), first_draft("explore", 30.0)
     assert cheap is not None and SEEN_TOKENS <= cheap < 30 and dear is None, (cheap, dear)
-    used = first_draft("use", 30.0)  # started at the first round it was offered, whatever its load's price
-    assert used is not None and used <= 3, used
+    used, named = first_draft("use", 0.3), first_draft("named", 30.0)  # from the first rounds: its price is repaid
+    assert used is not None and used < SEEN_TOKENS and first_draft("use", 30.0) is None, used
+    assert named is not None and named <= 3  # the user's choice, whatever its price
     loaded = _model(FLAT)
     loaded.begin(len(prompt))
     assert Planner([loaded], k=None, cost=FLAT).plan([*prompt, 1], room=400).drafter is loaded

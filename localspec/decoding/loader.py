@@ -16,7 +16,7 @@ from localspec.drafting import draft_model, store
 from localspec.drafting.base import REGISTRY, Drafter
 from localspec.drafting.copier import Copier
 from localspec.drafting.costs import CostModel
-from localspec.drafting.draft_model import DraftModelDrafter
+from localspec.drafting.draft_model import BackgroundLoad, DraftModelDrafter
 from localspec.drafting.policy import DraftPolicy
 from localspec.drafting.recall import AnswerStore, Recall
 from localspec.errors import LocalspecError
@@ -109,7 +109,12 @@ def check_pair(target_path: Path, draft_path: Path | None) -> None:
         raise LocalspecError(f"draft {draft_path} cannot draft for target {target_path}: {problem}")
 
 
-def _load(cfg: RunConfig, path: Path, layers: int, cancel: threading.Event | None = None) -> Model:
+def _load(
+    cfg: RunConfig, path: Path, layers: int, cancel: threading.Event | None = None, *, check: Path | None = None
+) -> Model:
+    """The model at `path` as cfg loads it (its vocabulary checked against the target at `check` first)."""
+    if check is not None:
+        check_pair(check, path)
     model = Model(
         path,
         n_ctx=cfg.ctx,
@@ -189,10 +194,17 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
         recall=not cfg.target_alone and cfg.recall,
     )
     if draft_path is not None and (policy is None or policy.choice != "skip"):
-        if not named:  # the default draft is checked where it will be loaded
-            check_pair(target_path, draft_path)
-        loading = partial(_load, cfg, draft_path, cfg.draft_gpu_layers)
-        drafters += draft_model.drafters(loading() if policy is None else loading, cost, policy=policy, path=draft_path)
+        # the default draft's vocabulary is checked where it loads (on its load's thread: 0.25 s off a first
+        # answer's path, where the check was not kept yet); a named one's was checked above
+        loading = partial(_load, cfg, draft_path, cfg.draft_gpu_layers, check=None if named else target_path)
+        beside = target if target.on_cpu else None  # on the target's cores, its load takes one of its threads
+        drafters += draft_model.drafters(
+            loading() if policy is None else loading,
+            cost,
+            policy=policy,
+            path=draft_path,
+            background=partial(BackgroundLoad, beside=beside),
+        )
     rows = exact_rows(target) if cfg.exact else None
     engine = Engine(target, drafters, 0 if cfg.target_alone else cfg.k, cost=cost, max_draft=rows and rows - 1)
     return engine, policy

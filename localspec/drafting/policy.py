@@ -13,8 +13,9 @@ Whether a draft model drafts here, and when, is decided here and nowhere else:
   rarely, within BUDGET of the user's seconds), or `skip`.
 - **Within an answer** (`DraftPolicy` as DraftModelDrafter asks it): it loads beside the target's work, so its
   load is priced at what it costs the target meanwhile (`load_price`: as measured here, else by the share of the
-  target's speed such a load takes on a machine like this one), not its wall time; one in use starts loading at
-  once; else it starts once its offer would repay that price and its catch-up over the horizon (ski rental: the
+  target's speed such a load takes on a machine like this one), not its wall time; one the user named starts
+  loading at once; else it starts once its offer would repay that price and its catch-up over the horizon (one
+  in use from the answer's first round, one explored after its first tokens; ski rental: the
   rest of the answer as this pair's were long, or at least the answer so far; in a chat or a server, the
   `session`, the rest of what its sessions produce), an explored one only for a clear win; one explored or tried
   is dropped as soon as its realized rounds lose, its memory returned, so its regret is its setup and a few
@@ -48,6 +49,9 @@ DRAFT_MAX_K = 16  # the longest draft a draft model makes
 # else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
 TRIAL_ROUNDS, TRIAL_K = 4, 4
 MIN_ANSWER = 32  # a try's trial waits for an answer this long: a shorter one would not repay its load
+# The batch probe waits for a horizon this long (twice SEEN_TOKENS): most short answers end before it, and what it
+# measures could not repay a load over fewer tokens on any machine simulated (docs/benchmarks.md).
+PROBE_HORIZON = 16
 JUDGED_ROUNDS = 8  # its own rounds after which the realized speedup judges a draft model (fewer: its costs do)
 # An explored or tried draft model whose judged rounds realize less than this share of the target alone's speed is
 # dropped within the answer: below 1 by the spread of eight rounds' acceptance (a draft whose rounds win 1.25x at an
@@ -401,8 +405,8 @@ class DraftPolicy:
 
     @property
     def preload(self) -> bool:
-        """Whether its load starts at the session's first round, whatever the horizon (it is used here)."""
-        return self.choice in ("named", "use") and not self.dropped and not self.load_seconds
+        """Whether its load starts at the session's first round, whatever its price (the user named it)."""
+        return self.choice == "named" and not self.dropped and not self.load_seconds
 
     def probes(self) -> list[Drafter]:
         """The drafters measuring what its choice needs beside it: an explored one's batch probe."""
@@ -427,7 +431,8 @@ class DraftPolicy:
         answer as this pair's answers were long before, or at least the answer so far (ski rental: loaded once it
         would have repaid its setup on the tokens so far, so a short answer never pays for it and a long one loses
         at most that), and in a session the rest of the session likewise (its tokens as this pair's sessions
-        produced, or at least those so far). It is not offered before SEEN_TOKENS of the answer showed how sure
+        produced, or at least those so far); one in use from the answer's first round, one explored or tried not
+        before SEEN_TOKENS of the answer showed how sure
         the target is of it, nor as an exploration before this answer measured a small batch (the batch probe, a
         copy) and it then promises a clear win over that horizon."""
         if self.dropped:
@@ -437,7 +442,7 @@ class DraftPolicy:
         catch_up = 1.0 if loaded else beside_share(cost)
         if loaded or named:
             horizon = room
-        elif answer < SEEN_TOKENS:  # what the text is like (the target's confidence) is not known yet
+        elif answer < SEEN_TOKENS and self.choice != "use":  # the text (the target's confidence) is not seen yet
             horizon = 0
         else:
             horizon = self._horizon(answer, room)
@@ -453,6 +458,11 @@ class DraftPolicy:
             return min(room, max(answer, round(self.kept.answer or 0) - answer))
         done = sum(self.answers) + answer
         return max(done, round(self.kept.session or SESSION_TOKENS) - done)
+
+    def worth_measuring(self, answer: int, room: int) -> bool:
+        """Whether the horizon now is at least PROBE_HORIZON tokens: over fewer the draft model's load is repaid
+        nowhere, so measuring its costs (the batch probe) could change nothing yet."""
+        return self._horizon(answer, room) >= PROBE_HORIZON
 
     # The evidence its drafter reports.
 
@@ -512,7 +522,8 @@ class DraftPolicy:
 
 
 class BatchProbe(Drafter):
-    """What a small batch costs here, measured once before a draft model is explored for it.
+    """What a small batch costs here, measured once before a draft model is explored for it, where the horizon
+    could repay a load (`DraftPolicy.worth_measuring`: in a short answer nothing it measures could matter).
 
     Whether a draft model can win turns on what verifying a few tokens at once costs against one: on a GPU about
     the same, on a CPU nearly as much as decoding them one by one, and a prefill (hundreds of tokens, logits at one
@@ -539,10 +550,13 @@ class BatchProbe(Drafter):
     def _rows(self, ctx: list[int], room: int, cost: CostModel | None) -> int:
         """The batch to measure now (1: none)."""
         wanted = cost is not None and self.policy.choice == "explore" and not self.policy.dropped and 1 in cost.verify
+        answer = len(ctx) - self._answer_start
         # after the answer's first tokens: the first decodes after a load run slow, and the text is seen by then
-        if not wanted or room < PROBE_ROWS - 1 or len(ctx) - self._answer_start < SEEN_TOKENS:
+        if not wanted or room < PROBE_ROWS - 1 or answer < SEEN_TOKENS:
             return 1
         assert cost is not None
+        if not self.policy.worth_measuring(answer, room):  # nothing it measures could matter yet
+            return 1
         # the smaller first: each is then beyond the largest measured, taken as is
         return next((n for n in (2, PROBE_ROWS) if n not in cost.verify and n not in self.done), 1)
 
@@ -576,11 +590,11 @@ def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
     if not kept.measured:
         if not clear_win(by_size(cost, bound), margin=win_margin(cost)):
             return cannot_win(f"by its size a draft token costs at least {bound:.2f} target decodes")
-        return "not measured yet: the next answer it may clearly win loads it"
+        return "not measured yet: the next answer it may clearly win loads it, beside the target's work"
     cost = copy.deepcopy(cost)
     kept.price(cost)
     if decision.uses:
-        return f"used where it wins ({draft_ratio(cost)}); its cache catches up only when it drafts"
+        return f"used where it wins ({draft_ratio(cost)}); it loads beside the target's work from each session's first round"
     tries = f"tried again after {max(decision.wait - decision.runs, 0)} more runs, within the budget for tries"
     return f"{cannot_win(draft_ratio(cost))}; {tries}"
 

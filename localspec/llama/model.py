@@ -248,6 +248,16 @@ class Model:
             llama_cpp.llama_batch_free(batch)
             self._batch = None
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether its decodes run on the CPU's cores (no layer offloaded to a GPU)."""
+        return self.n_gpu_layers <= 0 or not gpu_offload_supported()
+
+    def use_threads(self, n: int | None = None) -> None:
+        """Decode with `n` threads from now on (None: the ones it was loaded with)."""
+        n = n or self.n_threads or 1
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
+
     # ---- tokens and text --------------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
         """Text -> token ids. special=False treats control-token text as plain text."""
