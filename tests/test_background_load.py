@@ -58,20 +58,21 @@ def test_a_cancelled_load_leaves_no_thread_and_frees_what_it_loaded() -> None:
 
 def _policy(*, session: bool, kept: Kept | None = None) -> DraftPolicy:
     cost = CostModel(dict(GPU_CURVE), draft=0.001, draft_prefill=0.0002)
-    return DraftPolicy("d", "d.gguf", "explore", kept or Kept(load=0.5), 0.075, cost, 3.0, session=session)
+    return DraftPolicy("d", "d.gguf", "explore", kept or Kept(load=0.2), 0.075, cost, 3.0, session=session)
 
 
 def test_a_session_prices_the_load_over_its_tokens_an_answer_over_its_own() -> None:
     """One answer spreads the load's price over as many tokens as it has (or as this pair's answers were long),
     never past its room; a chat or a server over the session's tokens (SESSION_TOKENS before any was measured, then
-    what its sessions produced), the answers before included; settling a session keeps how long it was."""
+    what its sessions produced), the answers before included; settling a session keeps how long it was. A load
+    that would be ready only after the horizon is not started."""
     answer, session = _policy(session=False), _policy(session=True)
     cost = answer.cost
     one = answer.terms(cost, answer=40, room=60, alpha=0.9)
     many = session.terms(cost, answer=40, room=60, alpha=0.9)
     assert one is not None and many is not None
     assert one.horizon == 40 and many.horizon == SESSION_TOKENS - 40
-    assert one.load == pytest.approx(many.load) and 0 < one.load < 0.5 / 2  # the share of it the target pays
+    assert one.load == pytest.approx(many.load) and 0 < one.load < 0.2 / 2  # the share of it the target pays
     session.answered(300, None)
     later = session.terms(cost, answer=40, room=60, alpha=0.9)
     assert later is not None and later.horizon == SESSION_TOKENS - 340
@@ -80,6 +81,8 @@ def test_a_session_prices_the_load_over_its_tokens_an_answer_over_its_own() -> N
     measured = _policy(session=True, kept=Kept(load=0.5, beside=0.02, session=200.0))
     terms = measured.terms(cost, answer=150, room=60, alpha=0.9)
     assert terms is not None and terms.horizon == 150 and terms.load == 0.02  # ski rental; its measured price
+    slow = _policy(session=False, kept=Kept(load=2.0)).terms(cost, answer=40, room=60, alpha=0.9)
+    assert slow is not None and slow.horizon == 0  # ready only after some 180 more tokens: never started here
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from localspec.frontends.conversation import Conversation
 from localspec.machine import draft_verdict, pair_config
 
 GREEDY = SamplerSettings(temperature=0)
+COUNTING = "numbers = [1, 2, 3, 4, 5, 6, 7, 8,"  # a raw prompt whose greedy answer runs as long as it may
 CPU_CURVE = {1: 0.036, 2: 0.060, 4: 0.095, 8: 0.19, 16: 0.26, 32: 0.43, 64: 0.80}  # batches cost ~k decodes
 GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0.020}  # nearly flat
 
@@ -175,14 +176,14 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     drafter = draft_drafter(spec.engine)
     assert drafter is not None and drafter.loaded is None and any("tried" in n for n in spec.notes), spec.notes
     assert drafter.policy is not None
-    drafter.policy.min_answer = 0  # a short answer: let its trial draft from its start
-    prompt = "def add(a, b):\n    return a + b\n\n# add(2, 3) =="
-    run = spec.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    drafter.policy.min_answer = 0  # let its trial start loading it at once
+    prompt = COUNTING  # long enough for the draft model to load beside the target and join
+    run = spec.generate(prompt, raw=True, temperature=0, max_tokens=96)
     run.result()
     assert run.stats.drafted_by.get("draft_model", 0) >= 4 and drafter.loaded is not None
     assert spec.policy is not None and spec.policy.load_seconds > 0
     alone = LocalSpec.load(gpu_layers=0, no_draft=True)
-    want = alone.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    want = alone.generate(prompt, raw=True, temperature=0, max_tokens=96)
     want.result()
     assert_same_tokens(alone.engine.target, run.prompt_tokens, run.tokens, want.tokens)
     spec.save_costs()
@@ -197,16 +198,18 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
 def test_a_named_draft_model_drafts_in_the_first_answer(
     target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A draft model the user names is used from the first answer on a new machine (nothing kept): it drafts
-    its trial rounds whatever the CPU's curve says, and the answer is the target alone's."""
+    """A draft model the user names is used from the first answer on a new machine (nothing kept): it loads
+    beside the target from the first round and drafts its trial rounds once it is ready, whatever the CPU's
+    curve says, and the answer is the target alone's."""
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path))
     spec = LocalSpec.load(draft=str(draft_path), gpu_layers=0, draft_gpu_layers=0)
     assert spec.policy is not None and spec.policy.choice == "named" and not spec.notes
-    prompt = "def add(a, b):\n    return a + b\n\n# add(2, 3) =="
-    run = spec.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    run = spec.generate(COUNTING, raw=True, temperature=0, max_tokens=96)
     run.result()
+    joined = run.stats.first_drafts.get("draft_model")
     assert run.stats.drafted_by.get("draft_model", 0) >= 4 and spec.draft_path == draft_path
+    assert joined is not None and joined > 0  # it loaded beside the target, which answered alone meanwhile
     alone = LocalSpec.load(gpu_layers=0, no_draft=True)
-    want = alone.generate(prompt, raw=True, temperature=0, max_tokens=24)
+    want = alone.generate(COUNTING, raw=True, temperature=0, max_tokens=96)
     want.result()
     assert_same_tokens(alone.engine.target, run.prompt_tokens, run.tokens, want.tokens)

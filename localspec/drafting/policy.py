@@ -28,6 +28,7 @@ Whether a draft model drafts here, and when, is decided here and nowhere else:
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -65,6 +66,7 @@ ANSWER_DECAY = 0.3  # the weight of a new answer's length in the pair's typical 
 # target's: loaded in the middle of an answer on a CPU it competes with the target's threads (docs/benchmarks.md,
 # "The draft model's prior").
 CPU_SHARE, CPU_LOAD = 0.25, 2.0
+MEMORY_SHARE = 0.1  # up to this compute-bound share decodes are memory-bound: a load costs its file's share
 # The share of the target's speed a draft model's load beside it takes, before one was measured here: an upload on
 # a GPU (memory-bound decodes) little of it, a load on the CPU cores the target decodes on about half of it.
 BESIDE_GPU, BESIDE_CPU = 0.1, 0.5
@@ -255,10 +257,16 @@ def clear_win(cost: CostModel, **at: Any) -> bool:
 def load_estimate(cost: CostModel, size_ratio: float, loaded_in: float) -> float:
     """What a draft model's first load here may take, the target's having taken `loaded_in`: its file's share of
     that where decodes are memory-bound (a load is a copy), up to CPU_LOAD times it as they are compute-bound (a
-    load in the middle of an answer, beside the target on a CPU, is slower than on its own)."""
+    load in the middle of an answer, beside the target on a CPU, is slower than on its own: `compute_bound`)."""
     if not cost.measured:
         return CPU_LOAD * loaded_in
-    return loaded_in * (size_ratio + (CPU_LOAD - size_ratio) * min(cost.compute_share() / CPU_SHARE, 1.0))
+    return loaded_in * (size_ratio + (CPU_LOAD - size_ratio) * compute_bound(cost))
+
+
+def compute_bound(cost: CostModel) -> float:
+    """How far decodes here are from memory-bound, 0-1: 0 up to a compute-bound share of MEMORY_SHARE (a GPU, the
+    Metal laptop), 1 from CPU_SHARE on (a CPU whose cores a load beside the target competes for)."""
+    return min(max((cost.compute_share() - MEMORY_SHARE) / (CPU_SHARE - MEMORY_SHARE), 0.0), 1.0)
 
 
 def beside_share(cost: CostModel) -> float:
@@ -434,7 +442,8 @@ class DraftPolicy:
         produced, or at least those so far); one in use from the answer's first round, one explored or tried not
         before SEEN_TOKENS of the answer showed how sure
         the target is of it, nor as an exploration before this answer measured a small batch (the batch probe, a
-        copy) and it then promises a clear win over that horizon."""
+        copy) and it then promises a clear win over that horizon; nor where its load would take as many tokens as
+        the horizon holds (it drafts none while it loads: a load that would end with the answer never starts)."""
         if self.dropped:
             return None
         named, loaded = self.choice == "named", self.load_seconds > 0
@@ -446,6 +455,8 @@ class DraftPolicy:
             horizon = 0
         else:
             horizon = self._horizon(answer, room)
+            if self._loading_tokens(cost) >= horizon:  # it would be ready too late to draft any of it
+                horizon = 0
             small_batch = any(2 <= n <= PROBE_ROWS for n in cost.verify)  # measured, not a guess
             win = clear_win(cost, alpha=alpha, room=horizon, margin=win_margin(cost))
             if self.choice == "explore" and not (small_batch and win):
@@ -458,6 +469,12 @@ class DraftPolicy:
             return min(room, max(answer, round(self.kept.answer or 0) - answer))
         done = sum(self.answers) + answer
         return max(done, round(self.kept.session or SESSION_TOKENS) - done)
+
+    def _loading_tokens(self, cost: CostModel) -> int:
+        """The tokens the target decodes alone while the draft model loads (its load's seconds, as it last took
+        or as estimated, at the target alone's speed slowed by the share of it the load takes)."""
+        seconds = self.kept.load_or_estimate(cost, self.bound / SIZE_MARGIN, self.target_load)
+        return math.ceil(seconds * (1 - beside_share(cost)) / cost.alone) if cost.alone > 0 else 0
 
     def worth_measuring(self, answer: int, room: int) -> bool:
         """Whether the horizon now is at least PROBE_HORIZON tokens: over fewer the draft model's load is repaid
