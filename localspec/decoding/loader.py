@@ -169,8 +169,8 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
 
     Under automatic k the draft model drafts as its policy says (policy.DraftPolicy: named by the user, used by
     its verdict, explored where it may clearly win, tried within a budget, or skipped) and is loaded beside the
-    target's work, from the first prefill where it is used, else once its offer would repay its load; the policy
-    says why where it was left out, and is settled when the session ends (store.settle).
+    target's work once its offer would repay its load (a named one from the first round); the policy says why
+    where it was left out, and is settled when the session ends (store.settle).
     """
     target_path, draft_path = cfg.paths()
     cfg = with_context(cfg, target_path)

@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -243,14 +243,10 @@ class DraftModelDrafter(Drafter):
             assert self._load is not None
             t0 = self.clock()
             self.loaded = self._load()
-            if self.policy is not None:
-                self.policy.loaded(self.clock() - t0, self.clock() - t0)
+            if self.policy is not None:  # on the answer's path: all of its seconds are the target's
+                seconds = self.clock() - t0
+                self.policy.loaded(seconds, seconds)
         return self.loaded
-
-    @property
-    def loading(self) -> bool:
-        """Whether its load is under way beside the target's work."""
-        return self._loading is not None
 
     def start_loading(self, ctx: Sequence[int] = ()) -> None:
         """Begin its load beside the target's work (once), to catch up on `ctx` but its last token there."""
@@ -332,7 +328,7 @@ class DraftModelDrafter(Drafter):
             return NOTHING
         self._probe = "trial" if terms.trial else self._recheck(room, cost, setup)
         probe = {"trial": min(TRIAL_K, room), "recheck": 1}.get(self._probe or "", 0)
-        return Offer(offer.survival, offer.token_seconds, setup, terms.horizon, probe)
+        return replace(offer, probe=probe)
 
     def _catch_up(self, ctx: list[int]) -> int:
         """The tokens its cache is behind ctx (the last is decoded anyway, as part of the first draft)."""

@@ -260,27 +260,27 @@ def load_estimate(cost: CostModel, size_ratio: float, loaded_in: float) -> float
     load in the middle of an answer, beside the target on a CPU, is slower than on its own: `compute_bound`)."""
     if not cost.measured:
         return CPU_LOAD * loaded_in
-    return loaded_in * (size_ratio + (CPU_LOAD - size_ratio) * compute_bound(cost))
+    return loaded_in * (size_ratio + (CPU_LOAD - size_ratio) * compute_bound(cost, above=MEMORY_SHARE))
 
 
-def compute_bound(cost: CostModel) -> float:
-    """How far decodes here are from memory-bound, 0-1: 0 up to a compute-bound share of MEMORY_SHARE (a GPU, the
-    Metal laptop), 1 from CPU_SHARE on (a CPU whose cores a load beside the target competes for)."""
-    return min(max((cost.compute_share() - MEMORY_SHARE) / (CPU_SHARE - MEMORY_SHARE), 0.0), 1.0)
+def compute_bound(cost: CostModel, *, above: float = 0.0) -> float:
+    """How compute-bound decodes are here, 0-1: 0 up to a compute-bound share of `above`, 1 from CPU_SHARE on (a
+    CPU whose cores a load beside the target competes for), linear between; 1 before any decode was measured."""
+    if not cost.measured:
+        return 1.0
+    return min(max((cost.compute_share() - above) / (CPU_SHARE - above), 0.0), 1.0)
 
 
 def beside_share(cost: CostModel) -> float:
     """The share of the target's speed a draft model's load beside it takes, before one was measured: BESIDE_GPU
     where decodes are memory-bound, up to BESIDE_CPU as they are compute-bound (its load then shares the cores)."""
-    bound = min(cost.compute_share() / CPU_SHARE, 1.0) if cost.measured else 1.0
-    return BESIDE_GPU + (BESIDE_CPU - BESIDE_GPU) * bound
+    return BESIDE_GPU + (BESIDE_CPU - BESIDE_GPU) * compute_bound(cost)
 
 
 def win_margin(cost: CostModel) -> float:
     """The promise a draft model not measured here must make to be explored: MEMORY_BOUND_MARGIN where decodes
     are memory-bound, up to WIN_MARGIN as they are compute-bound (where the prior errs high)."""
-    bound = min(cost.compute_share() / CPU_SHARE, 1.0) if cost.measured else 1.0
-    return MEMORY_BOUND_MARGIN + (WIN_MARGIN - MEMORY_BOUND_MARGIN) * bound
+    return MEMORY_BOUND_MARGIN + (WIN_MARGIN - MEMORY_BOUND_MARGIN) * compute_bound(cost)
 
 
 def try_estimate(bound: float, cost: CostModel, load: float) -> float:
@@ -611,7 +611,7 @@ def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
     cost = copy.deepcopy(cost)
     kept.price(cost)
     if decision.uses:
-        return f"used where it wins ({draft_ratio(cost)}); it loads beside the target's work from each session's first round"
+        return f"used where it wins ({draft_ratio(cost)}); it loads beside the target's work where its load is repaid"
     tries = f"tried again after {max(decision.wait - decision.runs, 0)} more runs, within the budget for tries"
     return f"{cannot_win(draft_ratio(cost))}; {tries}"
 
