@@ -6,8 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,6 +104,14 @@ def run_cli(
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
     )
+
+
+def joined_once_loaded(run: Iterable[Any], drafter: Any) -> None:
+    """Run a generation to its end; where its draft model is loading beside it, wait for that load once (the
+    target goes on alone meanwhile), so it joins within the answer however fast this machine loads it."""
+    for _ in run:
+        if drafter.loading is not None:
+            drafter.loading.result()
 
 
 def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import assert_same_tokens
+from conftest import assert_same_tokens, joined_once_loaded
 
 from localspec.core.sampling import SamplerSettings
 from localspec.decoding.engine import Request
@@ -106,7 +106,7 @@ def test_a_draft_model_joining_mid_answer_gives_the_target_alones_text(
     assert drafter is not None and drafter.loaded is None and policy is not None and policy.choice == "use"
     prompt = engine.target.tokenize("def fibonacci(n):\n    ", add_bos=True)
     run = Generation(engine, Request(tuple(prompt), 96, sampler, seed=5))
-    "".join(p.text for p in run)
+    joined_once_loaded(run, drafter)
     joined = run.stats.first_drafts.get("draft_model")
     assert drafter.loaded is not None and joined is not None and joined > 1, run.stats.first_drafts
     assert run.stats.draft_load_beside is not None and run.stats.draft_load_beside >= 0

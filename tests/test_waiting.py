@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_tokens, run_cli
+from conftest import assert_same_tokens, joined_once_loaded, run_cli
 
 from localspec.api import LocalSpec
 from localspec.core.sampling import SamplerSettings
@@ -179,7 +179,7 @@ def test_a_try_drafts_in_the_answer_and_settles_the_decision(
     drafter.policy.min_answer = 0  # let its trial start loading it at once
     prompt = COUNTING  # long enough for the draft model to load beside the target and join
     run = spec.generate(prompt, raw=True, temperature=0, max_tokens=96)
-    run.result()
+    joined_once_loaded(run, drafter)
     assert run.stats.drafted_by.get("draft_model", 0) >= 4 and drafter.loaded is not None
     assert spec.policy is not None and spec.policy.load_seconds > 0
     alone = LocalSpec.load(gpu_layers=0, no_draft=True)
@@ -205,7 +205,7 @@ def test_a_named_draft_model_drafts_in_the_first_answer(
     spec = LocalSpec.load(draft=str(draft_path), gpu_layers=0, draft_gpu_layers=0)
     assert spec.policy is not None and spec.policy.choice == "named" and not spec.notes
     run = spec.generate(COUNTING, raw=True, temperature=0, max_tokens=96)
-    run.result()
+    joined_once_loaded(run, draft_drafter(spec.engine))
     joined = run.stats.first_drafts.get("draft_model")
     assert run.stats.drafted_by.get("draft_model", 0) >= 4 and spec.draft_path == draft_path
     assert joined is not None and joined > 0  # it loaded beside the target, which answered alone meanwhile

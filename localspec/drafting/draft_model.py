@@ -237,6 +237,11 @@ class DraftModelDrafter(Drafter):
         self._offered_at: float | None = None  # when the round now planned began, while it loads (the clock's)
 
     @property
+    def loading(self) -> Loading | None:
+        """Its load under way beside the target's work (None: none is)."""
+        return self._loading
+
+    @property
     def model(self) -> Model:
         """The draft model, loaded now if it was not yet (its seconds told to the policy)."""
         if self.loaded is None:
