@@ -2,6 +2,8 @@
 
     python scripts/host_time.py                        # this checkout, the default pair, 3 runs a case
     python scripts/host_time.py --tree /path/to/other  # another checkout of localspec, for a before/after table
+    python scripts/host_time.py --whole 8 --target models/gemma-3-270m-q4_k_m.gguf --flags=--raw
+                                                       # whole processes against llama-cpp-python's own loop
 
 Each case is a whole `localspec generate --json` process with a 160-token code answer; host time is
 wall_seconds - target_seconds - draft_seconds of its record (the decode only: no load, no prefill). The cases
@@ -83,6 +85,77 @@ def plain(target: str, tokens: int) -> dict[str, float]:
     return {"host_ms_per_token": (wall - spent[0]) * 1e3 / (n - 1), "tokens": n - 1}
 
 
+QUESTIONS = [  # --whole: a new question each pair (nothing a cache kept answers it)
+    "Write a Rust function that parses a CSV line.",
+    "Explain how a B-tree works, with an example.",
+    "Write a bash script that renames all .txt files to .md.",
+    "Write a Go HTTP server with two routes.",
+    "Write a SQL query for the top 5 customers by revenue.",
+    "Write a C function that reverses a linked list.",
+    "Write a Python decorator that retries a function three times.",
+    "Write a TypeScript type for a JSON API response with pagination.",
+]
+PLAIN_PROCESS = """
+import sys, llama_cpp
+path, prompt, seed, tokens, raw = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+llm = llama_cpp.Llama(path, n_ctx=4096, verbose=False, seed=seed)
+text = prompt if raw else f"<|im_start|>user\\n{prompt}<|im_end|>\\n<|im_start|>assistant\\n"
+n = 0
+for tok in llm.generate(llm.tokenize(text.encode(), special=not raw), temp=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                        repeat_penalty=1.0):
+    if llm.token_eos() == tok or n == tokens:
+        break
+    sys.stdout.write(llm.detokenize([tok]).decode("utf-8", "replace"))
+    n += 1
+print(n, file=sys.stderr)
+"""
+
+
+def whole(target: str, flags: list[str], tokens: int, pairs: int) -> None:
+    """Whole processes, interleaved: `localspec generate --no-draft` against llama-cpp-python's own loop (its
+    load, its sampler, the same sampler settings), each pair a new question; the ratio is the plain one's time
+    over localspec's (above 1: localspec is faster)."""
+    ratios = []
+    print("| pair | localspec s (tokens) | llama-cpp-python s (tokens) | ratio |")
+    print("|---|---|---|---|")
+    for i in range(pairs):
+        question = QUESTIONS[i % len(QUESTIONS)]
+        ours = [
+            sys.executable,
+            "-m",
+            "localspec",
+            "generate",
+            "--json",
+            "--no-draft",
+            "--no-recall",
+            "--cache-disk",
+            "0",
+        ]
+        ours += ["-n", str(tokens), "--seed", str(i), "--target", target, *flags, question]
+        theirs = [
+            sys.executable,
+            "-c",
+            PLAIN_PROCESS,
+            target,
+            question,
+            str(i),
+            str(tokens),
+            "1" if "--raw" in flags else "0",
+        ]
+        times, done = [], []
+        for cmd in (ours, theirs):
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, check=True, cwd=ROOT, text=True)
+            times.append(time.perf_counter() - t0)
+            done.append(json.loads(proc.stdout)["completion_tokens"] if cmd is ours else int(proc.stderr.split()[-1]))
+        if min(done) == tokens:  # both answered at full length (an answer ended early times less)
+            ratios.append(times[1] / times[0])
+        print(f"| {i + 1} | {times[0]:.2f} ({done[0]}) | {times[1]:.2f} ({done[1]}) | {times[1] / times[0]:.3f} |")
+    print(
+        f"\nmedian ratio {statistics.median(ratios):.3f} over the {len(ratios)} of {pairs} pairs both at {tokens} tokens"
+    )
+
+
 def replay(case: str, tokens: int, target: str | None) -> dict[str, float]:
     """The case run once on the models, then again with their decodes replayed from what the first recorded:
     the host's ms per token and per round with warm caches."""
@@ -140,7 +213,13 @@ def main() -> None:
     parser.add_argument("--flags", default="", help="flags added to every case (--raw for a model without a template)")
     parser.add_argument("--plain", help="also time llama-cpp-python's own loop on this GGUF file")
     parser.add_argument("--replay", action="store_true", help="the host's time with warm caches (fixed-k cases)")
+    parser.add_argument(
+        "--whole", type=int, metavar="PAIRS", help="whole processes: --no-draft against llama-cpp-python's loop"
+    )
     args = parser.parse_args()
+    if args.whole:
+        whole(args.target or args.plain, args.flags.split(), args.tokens, args.whole)
+        return
     if args.replay:
         print(
             "| case | host ms per token, caches warm | host ms per round | learned ms: a round, a position, a draft token |"

@@ -3,7 +3,7 @@
 `process` finds its candidates by thresholds and sorts only as far as a cut; `reference_sampling.process_reference`
 is the same chain over the whole vocabulary with every order defined, and `process_before` the chain as it was
 (argpartition's order: equal but for ties and the last bit of a sum). Each case compares the support (ids in
-order) and the probabilities bit for bit, and the token invariant sampling picks at many positions.
+order) exactly, the probabilities to their last bits, and the token invariant sampling picks at many positions.
 """
 
 from __future__ import annotations
@@ -59,14 +59,15 @@ def assert_same(got: Probs | OneHot, want: Probs | OneHot) -> None:
         assert isinstance(got, OneHot) and got.token == want.token
         return
     np.testing.assert_array_equal(support(got)[0], support(want)[0])
-    np.testing.assert_array_equal(support(got)[1], support(want)[1])  # bit for bit
+    # within a few units in the last place: a small set's chain runs in Python floats (libm's exp, a plain sum)
+    np.testing.assert_allclose(support(got)[1], support(want)[1], rtol=1e-14, atol=0)
 
 
 KINDS = ["lm", "ties", "masked", "half-masked", "flat", "float64"]
 
 
 @pytest.mark.parametrize(("s", "kind"), list(itertools.product(SETTINGS, KINDS)))
-def test_fast_chain_equals_the_reference_bit_for_bit(s: SamplerSettings, kind: str) -> None:
+def test_fast_chain_equals_the_reference(s: SamplerSettings, kind: str) -> None:
     rng = np.random.default_rng(zlib.crc32(f"{kind} {s}".encode()))  # a fixed seed per case
     for _ in range(4):
         logits = _logits(rng, kind)

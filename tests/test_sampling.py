@@ -14,7 +14,16 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from localspec.core.sampling import InvariantSampling, OneHot, SamplerSettings, gumbel, process, support
+from localspec.core.sampling import (
+    InvariantSampling,
+    OneHot,
+    SamplerSettings,
+    _gumbel_one,
+    _key,
+    gumbel,
+    process,
+    support,
+)
 
 TRIALS = 20_000
 ALPHA = 1e-3  # per test; seeds are fixed, so a pass is reproducible
@@ -219,6 +228,8 @@ def test_keyed_gumbel_noise() -> None:
     assert abs(np.corrcoef(g[:, 0], g[:, 1])[0, 1]) < 0.02 and abs(np.corrcoef(g[:-1, 0], g[1:, 0])[0, 1]) < 0.02
     np.testing.assert_array_equal(gumbel(1, 7, np.array([2])), gumbel(1, 7, np.arange(5))[2:3])
     assert not np.array_equal(gumbel(1, 7, np.arange(5)), gumbel(2, 7, np.arange(5)))
+    ids = np.arange(0, 262_144, 997)  # one token's noise in Python numbers (a small set's pick): the same hash
+    np.testing.assert_allclose([_gumbel_one(_key(3, 11), int(i)) for i in ids], gumbel(3, 11, ids), rtol=1e-14)
 
 
 def test_a_copied_token_is_accepted_with_probability_p() -> None:

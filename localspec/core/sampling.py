@@ -185,6 +185,30 @@ def _prefixes(logits: np.ndarray, cand: np.ndarray | None) -> Iterator[tuple[np.
     yield cand, True
 
 
+SMALL = 64  # tokens: a set this small goes through the chain in Python floats (numpy's calls cost more on it)
+
+
+def _small_chain(ids: list[int], logits: list[float], s: SamplerSettings) -> Probs:
+    """The chain after top-k on a small top-k set (`ids` ascending, their logits): the same steps in floats."""
+    lmax = max(logits)
+    w = [math.exp(x - lmax) for x in logits]
+    z = sum(w)
+    kept: Sequence[int] = range(len(ids))
+    if s.min_p > 0:
+        floor = lmax + math.log(s.min_p)
+        kept = [i for i in kept if logits[i] >= floor]
+    if s.top_p < 1.0:
+        cum, order = 0.0, sorted(kept, key=lambda i: -logits[i])  # by descending logit, ties by ascending id
+        for n, i in enumerate(order, 1):
+            cum += w[i]
+            if cum / z >= s.top_p:
+                kept = sorted(order[:n])
+                break
+    e = [math.exp((logits[i] - lmax) / s.temperature) for i in kept]
+    total = sum(e)
+    return Probs(np.array([ids[i] for i in kept], dtype=np.int64), np.array([x / total for x in e]))
+
+
 def process(logits: np.ndarray, s: SamplerSettings) -> Probs | OneHot:
     """Raw logits -> the sampling distribution after the sampler chain (its support by ascending id, summing to 1).
 
@@ -196,6 +220,8 @@ def process(logits: np.ndarray, s: SamplerSettings) -> Probs | OneHot:
         return OneHot(int(logits.argmax()))
     if s.top_k > 0:  # the top-k set is small: every step on it, the mass top-p is relative to its
         cand, values = _top_k(logits, s.top_k)
+        if cand.size <= SMALL:
+            return _small_chain(cand.tolist(), values.tolist(), s)
         lc = values.astype(np.float64)
         lmax = float(lc.max())
         w = np.exp(lc - lmax)
@@ -249,17 +275,30 @@ def gumbel(seed: int, pos: int | np.ndarray, ids: np.ndarray) -> np.ndarray:
     position is computed on its own, in any order, and only for the tokens that need it. An array of
     positions gives one row per position.
     """
-    start = (int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK
     if np.ndim(pos) == 0:  # one position (every pick): its key in Python integers
-        key = np.uint64(_mix_int((start + int(pos) * 0xD1B54A32D192ED03) & _MASK))
-        z = _mix(np.asarray(ids, dtype=np.uint64) * _GOLDEN + key)
+        z = _mix(np.asarray(ids, dtype=np.uint64) * _GOLDEN + np.uint64(_key(seed, int(pos))))
     else:
         with np.errstate(over="ignore"):
-            keys = np.uint64(start) + np.asarray(pos, dtype=np.uint64)[..., None] * np.uint64(0xD1B54A32D192ED03)
+            keys = np.uint64(_start(seed)) + np.asarray(pos, dtype=np.uint64)[..., None] * np.uint64(0xD1B54A32D192ED03)
             z = _mix(np.asarray(ids, dtype=np.uint64) * _GOLDEN + _mix(keys))
     u = ((z >> _S11).astype(np.float64) + 0.5) * 2.0**-53  # uniform in (0, 1)
     g = -np.log(-np.log(u))
     return g
+
+
+def _start(seed: int) -> int:
+    return (int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK
+
+
+def _key(seed: int, pos: int) -> int:
+    """The noise's key at one position."""
+    return _mix_int((_start(seed) + int(pos) * 0xD1B54A32D192ED03) & _MASK)
+
+
+def _gumbel_one(key: int, token: int) -> float:
+    """`gumbel` of one token, in Python numbers (the same hash, uniform and transform)."""
+    u = ((_mix_int((token * 0x9E3779B97F4A7C15 + key) & _MASK) >> 11) + 0.5) * 2.0**-53
+    return -math.log(-math.log(u))
 
 
 def gumbel_scores(d: Dist, seed: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
@@ -287,6 +326,9 @@ class InvariantSampling:
         """The token drawn from d for context position pos."""
         if isinstance(d, OneHot):
             return d.token
+        if isinstance(d, Probs) and d.ids.size <= SMALL:  # in Python numbers: the same scores, fewer calls
+            key, ids, p = _key(self.seed, pos), d.ids.tolist(), d.p.tolist()
+            return ids[max(range(len(ids)), key=lambda i: math.log(p[i]) + _gumbel_one(key, ids[i]))]
         ids, scores = gumbel_scores(d, self.seed, pos)
         return int(ids[np.argmax(scores)])
 

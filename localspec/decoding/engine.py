@@ -152,7 +152,7 @@ class Run:
         self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
         computed = [r for r in rows if r is not None]
         sure = [top_probability(computed[-1])] * len(computed) if computed and self.planner.confident else []
-        self.planner.accept(ctx + tokens, replace(plan, k=len(draft)), n, sure)
+        self.planner.accept(ctx + tokens, plan if plan.k == len(draft) else replace(plan, k=len(draft)), n, sure)
         top = self.request.top_logprobs
         logprobs = [token_logprob(r, t, top) for r, t in zip(rows, tokens, strict=True)] if top is not None else []
         if cost is not None:  # the host's seconds (all but the decodes): per round, and per sampled position

@@ -81,6 +81,10 @@ class Cancelled(LocalspecError):
 
 
 _DEFAULT_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
+# llama_get_logits answering an address (llama_cpp's binding answers a pointer, and casting it costs more than the
+# call): a function object of its own, so the binding's is left as it is.
+_logits_address = type(llama_cpp.llama_cpp._lib.llama_get_logits)(("llama_get_logits", llama_cpp.llama_cpp._lib))
+_logits_address.restype, _logits_address.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
 _LOADING = threading.local()  # this thread's construction: its model parameters' changes
 
 
@@ -212,6 +216,8 @@ class Model:
         self._eog: dict[int, bool] = {}  # whether a token ends a generation, as it is first asked
         self.prompts: PromptCache | None = None  # states kept by prefix (llama.prompts), when given
         self._kept = 0  # how many of the tracked tokens the prompt cache holds a state for
+        self._untracked = False  # whether the cache may hold positions past `tokens` (an interrupted decode's)
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # views of llama.cpp's logits buffer, by address and rows
 
     @functools.cached_property
     def tensor_types(self) -> frozenset[int]:
@@ -294,12 +300,12 @@ class Model:
     # ---- the KV cache -----------------------------------------------------------------------
     def trim(self, n: int) -> None:
         """Keep only the first n cached positions (anything past the tracked ones too: an interrupted decode's)."""
-        if n > len(self.tokens):
+        if n > len(self.tokens) or (n == len(self.tokens) and not self._untracked):
             return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
             raise LocalspecError(f"{self.name}: llama.cpp cannot trim this model's cache")
         del self.tokens[n:]
-        self._kept = min(self._kept, n)
+        self._kept, self._untracked = min(self._kept, n), False
 
     def reset(self) -> None:
         """Empty the cache."""
@@ -370,10 +376,17 @@ class Model:
             self._kept = len(self.tokens)
 
     def _logits(self, rows: int) -> np.ndarray:
-        """The last decode's logits: a (rows, n_vocab) view of llama.cpp's buffer."""
-        address = ctypes.cast(llama_cpp.llama_get_logits(self._ctx), ctypes.c_void_p).value
-        buffer = (ctypes.c_float * (rows * self.n_vocab)).from_address(address or 0)
-        return np.frombuffer(memoryview(buffer), dtype=np.float32).reshape(rows, self.n_vocab)
+        """The last decode's logits: a (rows, n_vocab) view of llama.cpp's buffer (made once per buffer and size:
+        llama.cpp keeps the buffer until a decode needs more outputs than it holds)."""
+        address = _logits_address(self._ctx) or 0
+        view = self._views.get((address, rows))
+        if view is None:
+            if len(self._views) > 64:
+                self._views.clear()
+            buffer = (ctypes.c_float * (rows * self.n_vocab)).from_address(address)
+            view = np.frombuffer(memoryview(buffer), dtype=np.float32).reshape(rows, self.n_vocab)
+            self._views[(address, rows)] = view
+        return view
 
     def _decode(self, new: list[int], n_logits: int, skip: Sequence[bool] = ()) -> np.ndarray:
         rows = []
@@ -388,13 +401,14 @@ class Model:
                 b.logits[i] = j >= 0 and not (j < len(skip) and skip[j])
                 n_out += b.logits[i]
             b.n_tokens = len(chunk)
-            t0 = time.perf_counter()
+            t0, self._untracked = time.perf_counter(), True  # until its tokens are tracked
             rc = llama_cpp.llama_decode(self._ctx, b)
             self.decode_seconds += time.perf_counter() - t0
             if rc != 0:
                 llama_cpp.llama_memory_seq_rm(self._mem, 0, len(self.tokens), -1)
                 raise LocalspecError(f"{self.name}: llama_decode failed with code {rc}")
             self.tokens.extend(chunk)
+            self._untracked = False
             self.n_decoded += len(chunk)
             if n_out:
                 out = self._logits(n_out)
