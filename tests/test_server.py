@@ -792,3 +792,71 @@ def test_the_edit_request_continue_sends(server: Server, target: Model) -> None:
     if text != want:  # the same text, bar a near tie of the target's scores
         prompt = chat_tokens(target, messages)
         assert_same_tokens(target, prompt, target.tokenize(text), target.tokenize(want), None, 0)
+
+
+def _anthropic(server: Server) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
+
+
+def test_anthropic_messages_answer_as_chat_completions_do(server: Server, target: Model) -> None:
+    """Anthropic's Messages API through the official anthropic SDK: the same text as chat completions, whole and
+    streamed, whatever model name it asks for; a prompt asked again is read from the cache and usage says so.
+    (The SDK has no sampling arguments any more: temperature goes as an extra field, as Claude Code's need none.)"""
+    client = _anthropic(server)
+    want = _chat(server.client(), EDIT, temperature=0, max_tokens=60).choices[0].message.content or ""
+    ask = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 60,
+        "extra_body": {"temperature": 0},
+        "messages": [{"role": "user", "content": EDIT}],
+    }
+    whole = client.messages.create(**ask)
+    assert whole.model == MODEL and whole.stop_reason in ("end_turn", "max_tokens")
+    _same(target, EDIT, whole.content[0].text, want)
+    assert 0 < whole.usage.input_tokens <= 32  # a prefill decodes its last tiles again (Model.sync): the rest was read
+    assert whole.usage.cache_read_input_tokens >= 48
+    with client.messages.stream(**ask) as stream:
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    _same(target, EDIT, streamed, want)
+    assert final.content[0].text == streamed and final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_an_anthropic_tool_round(server: Server) -> None:
+    """A forced tool (tool_choice tool: the grammar keeps its input valid) comes back as a tool_use block; its
+    tool_result goes back in the next request, and the answer uses it."""
+    client = _anthropic(server)
+    tool = {"name": "get_weather", "description": WEATHER["function"]["description"]}
+    tool["input_schema"] = WEATHER["function"]["parameters"]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    first = client.messages.create(
+        model="m",
+        max_tokens=80,
+        extra_body={"temperature": 0},
+        tools=[tool],
+        tool_choice={"type": "tool", "name": "get_weather"},
+        messages=messages,
+    )
+    use = first.content[-1]
+    assert first.stop_reason == "tool_use" and use.type == "tool_use" and use.name == "get_weather"
+    assert "paris" in use.input["city"].lower()
+    result = {
+        "type": "tool_result",
+        "tool_use_id": use.id,
+        "content": json.dumps({"temperature_c": 18, "sky": "cloudy"}),
+    }
+    messages += [
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {"role": "user", "content": [result]},
+    ]
+    final = client.messages.create(
+        model="m",
+        max_tokens=60,
+        extra_body={"temperature": 0},
+        tools=[tool],
+        tool_choice={"type": "none"},
+        messages=messages,
+    )
+    assert final.stop_reason == "end_turn" and "18" in final.content[0].text

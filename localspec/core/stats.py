@@ -48,6 +48,7 @@ class Stats:
     time_to_first_token: float | None = None
     total_seconds: float | None = None
     finish_reason: str = "length"
+    stop_sequence: str | None = None  # the stop string the answer ended at (None: it ended otherwise)
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -19,6 +19,7 @@ class TextStream:
         self.text = ""  # everything decoded so far (cut at a stop string once found)
         self.shown = 0  # how much of self.text has been returned
         self.stopped = False
+        self.matched: str | None = None  # the stop string found (the first in the text)
 
     def feed(self, data: bytes, final: bool = False) -> str:
         """Add bytes; return newly showable text."""
@@ -26,9 +27,10 @@ class TextStream:
             return ""
         start = len(self.text)
         self.text += self._decoder.decode(data, final)
-        hits = [i for s in self.stops if (i := self.text.find(s, max(0, start - len(s) + 1))) >= 0]
+        hits = [(i, s) for s in self.stops if (i := self.text.find(s, max(0, start - len(s) + 1))) >= 0]
         if hits:
-            self.text, self.stopped = self.text[: min(hits)], True
+            at, self.matched = min(hits, key=lambda hit: hit[0])
+            self.text, self.stopped = self.text[:at], True
             return self._show(len(self.text))
         return self._show(len(self.text) if final else len(self.text) - self._held())
 

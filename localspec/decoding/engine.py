@@ -199,7 +199,7 @@ class Run:
                             st.first_token_seconds = time.perf_counter() - start
                         yield Piece(text, i < r.accepted)
                     if stream.stopped:
-                        st.finish_reason = "stop"
+                        st.finish_reason, st.stop_sequence = "stop", stream.matched
                         return
                     if st.completion_tokens >= req.max_tokens:
                         break

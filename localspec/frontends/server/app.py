@@ -1,4 +1,4 @@
-"""The routes: health, models, chat and text completions, responses, behind the guard."""
+"""The routes: health, models, chat and text completions, responses, Anthropic's messages, behind the guard."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from localspec.api import LocalSpec
-from localspec.frontends.server import chat, completions, errors, responses
+from localspec.frontends.server import chat, completions, errors, messages, responses
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.guard import Guard, allowed_hosts
 from localspec.frontends.server.service import Service
@@ -54,7 +54,7 @@ def create_app(
     _guard(app, settings, worker, say)
     v1 = APIRouter(prefix="/v1")
     _describe(app, v1, service)
-    for endpoint in (chat, completions, responses):
+    for endpoint in (chat, completions, responses, messages):
         endpoint.add_route(v1, service)
     app.include_router(v1)
     app.state.worker = worker
@@ -97,6 +97,10 @@ def _describe(app: FastAPI, v1: APIRouter, service: Service) -> None:
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": model_id, "waiting": worker.waiting, "busy": worker.lock.locked()}
+
+    @app.get("/api/hello")
+    async def hello() -> dict[str, Any]:  # Claude Code's first request: is anything there
+        return {"status": "ok", "model": model_id}
 
     @v1.get("/models")
     async def models() -> dict[str, Any]:

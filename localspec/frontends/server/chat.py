@@ -83,7 +83,7 @@ class ChatShape(Chunks):
             delta["content"] = text
         return {"delta": delta, "logprobs": logprobs}
 
-    def opening(self, rid: str, now: int) -> list[bytes]:
+    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
         return [self.chunk(rid, now, self.choice(None, None, role="assistant", content=""))]
 
     def closing(self, rid: str, now: int, served: Served) -> list[bytes]:

@@ -1,4 +1,4 @@
-"""OpenAI's error shape, and the mapping of every failure the server can meet onto it."""
+"""OpenAI's error shape (Anthropic's on its paths), and the mapping of every failure the server can meet onto it."""
 
 from __future__ import annotations
 
@@ -30,11 +30,31 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
         self.headers = headers
 
-    def body(self) -> dict[str, dict[str, str | None]]:
+    def body(self, anthropic: bool = False) -> dict[str, Any]:
+        """OpenAI's error shape, or Anthropic's (its error types by status)."""
+        if anthropic:
+            kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+            return {"type": "error", "error": {"type": kind, "message": self.message}}
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        return AsciiJSON(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, anthropic: bool = False) -> JSONResponse:
+        return AsciiJSON(self.body(anthropic), status_code=self.status, headers=self.headers)
+
+
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def anthropic_path(path: str) -> bool:
+    """Whether a path is Anthropic's API (its errors in Anthropic's shape)."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
 class AsciiJSON(JSONResponse):
@@ -44,9 +64,9 @@ class AsciiJSON(JSONResponse):
         return json.dumps(content, separators=(",", ":")).encode()
 
 
-async def send_error(send: Any, error: ApiError) -> None:
+async def send_error(send: Any, error: ApiError, path: str = "") -> None:
     """Answer with `error` at the ASGI level (before or beside the app: the guard, the connection cap)."""
-    body = json.dumps(error.body()).encode()
+    body = json.dumps(error.body(anthropic_path(path))).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
@@ -77,7 +97,7 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError) -> JSONResponse:
         say(f"localspec: {request.method} {request.url.path} {e.status} {e.code or e.kind}")
-        return e.response()
+        return e.response(anthropic_path(request.url.path))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -113,4 +133,5 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
     async def _crash(request: Request, e: Exception) -> JSONResponse:
         """A bug: the client gets a 500 in OpenAI's shape, never the traceback (that goes to the log)."""
         say(f"localspec: {request.method} {request.url.path} 500 internal error\n{traceback.format_exc().rstrip()}")
-        return ApiError(500, "internal server error (the server's log has the details)", kind="server_error").response()
+        error = ApiError(500, "internal server error (the server's log has the details)", kind="server_error")
+        return error.response(anthropic_path(request.url.path))

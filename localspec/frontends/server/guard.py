@@ -19,13 +19,17 @@ from localspec.frontends.server.schemas import MAX_MESSAGES, MAX_TOOLS
 from localspec.frontends.server.worker import Ticket
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
-OPEN_PATHS = frozenset({"/health"})  # answered without the key
+OPEN_PATHS = frozenset({"/health", "/api/hello"})  # answered without the key
 # admitted only while the queue has room, before their bodies are read
-GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
 # A body with more of these keys than ITEMS holds more messages (chat: "role") or input items (the Responses API: a
 # message's "role", a call's or its output's "call_id") than the schema takes (a tool's or a schema's property of
 # that name included): refused as it arrives, before half a million tiny items are parsed into objects.
-COUNTED = {"/v1/chat/completions": ("messages", (b'"role"',)), "/v1/responses": ("input", (b'"role"', b'"call_id"'))}
+COUNTED = {
+    "/v1/chat/completions": ("messages", (b'"role"',)),
+    "/v1/responses": ("input", (b'"role"', b'"call_id"')),
+    "/v1/messages": ("messages", (b'"role"',)),
+}
 ITEMS = MAX_MESSAGES + MAX_TOOLS + 64
 
 
@@ -98,8 +102,13 @@ class Guard:
                 403, f"requests from the web page at {origin} are not allowed (see --cors)", code="bad_origin"
             )
         needs_key = self.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS"
-        if needs_key and not key_matches(headers.get("authorization", ""), self.api_key or ""):
-            return ApiError(401, "incorrect API key: send 'Authorization: Bearer KEY'", code="invalid_api_key")
+        if needs_key and not (
+            key_matches(headers.get("authorization", ""), self.api_key or "")
+            or key_matches(f"Bearer {headers.get('x-api-key', '')}", self.api_key or "")  # Anthropic's header
+        ):
+            return ApiError(
+                401, "incorrect API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'", code="invalid_api_key"
+            )
         if scope["method"] == "POST":
             kind = headers.get("content-type", "application/json").split(";")[0].strip().lower()
             if kind != "application/json" and not kind.endswith("+json"):
@@ -132,7 +141,7 @@ class Guard:
                 ticket = scope.setdefault("state", {})["ticket"] = self.admit()
         except ApiError as error:
             self.say(f"localspec: {scope['method']} {scope['path']} {error.status} {error.code}")
-            return await send_error(send, error)
+            return await send_error(send, error, scope["path"])
         seen, whole, started = 0, False, False
         deadline = asyncio.get_running_loop().time() + self.body_seconds  # for the whole body, not each piece
         items, tail = 0, b""
@@ -171,7 +180,7 @@ class Guard:
         except BodyRefused as e:  # refused outside a route's body parsing
             if not started:
                 self.say(f"localspec: {scope['method']} {scope['path']} {e.error.status} {e.error.code}")
-                await send_error(send, e.error)
+                await send_error(send, e.error, scope["path"])
         finally:
             if ticket is not None:
                 ticket.release()

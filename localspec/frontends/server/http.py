@@ -7,7 +7,7 @@ does (or does not do) holds a connection for ever:
   nothing for `seconds` while a response waits to be sent is aborted (its generation is released);
 - at most `max_connections` connections: a request on one more first closes the connections that wait for a
   request (the longest idle first), so sockets that send nothing never lock out a client that asks; where every
-  other connection is busy, it is answered 503 in OpenAI's shape.
+  other connection is busy, it is answered 503 in the API's error shape.
 
 Bodies are timed by the guard, idle keep-alive connections by uvicorn, slow readers by the worker."""
 
@@ -85,7 +85,7 @@ def timed_protocol(seconds: float, max_connections: int | None = None) -> type[H
 
 
 def _capped(app: Any, connections: set[Any], limit: int) -> Any:
-    """`app`, but a request on a connection beyond `limit` gets a 503 in OpenAI's shape, and the connection closes."""
+    """`app`, but a request on a connection beyond `limit` gets a 503 in the API's error shape, and the connection closes."""
 
     async def capped(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -99,7 +99,7 @@ def _capped(app: Any, connections: set[Any], limit: int) -> Any:
             code="too_many_connections",
             headers={"Retry-After": "2", "Connection": "close"},
         )
-        await send_error(send, error)
+        await send_error(send, error, scope["path"])
 
     return capped
 

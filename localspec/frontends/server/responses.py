@@ -457,7 +457,7 @@ class ResponsesShape:
     def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
         return self._response(rid, now, "completed", self._output(served.text, served), served)
 
-    def opening(self, rid: str, now: int) -> list[bytes]:
+    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
         response = self._response(rid, now, "in_progress", [])
         return [
             self._event("response.created", response=response),

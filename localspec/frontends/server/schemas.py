@@ -133,6 +133,8 @@ class Common(BaseModel):
     PROMPT_FIELD: ClassVar[str] = "messages"
     LENGTH_FIELD: ClassVar[str] = "max_tokens"
     RAW: ClassVar[bool] = False  # whether its prompt is text as it is (not messages through the chat template)
+    ANY_MODEL: ClassVar[bool] = False  # whether any model name is answered by the one served
+    CAP_TO_ROOM: ClassVar[bool] = False  # whether a length cap beyond the context's room is answered up to the room
 
     @model_validator(mode="before")
     @classmethod

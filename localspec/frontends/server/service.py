@@ -39,9 +39,10 @@ class Service:
     async def serve(self, request: Request, req: Common, shape: Shape, prompt: Any, max_tokens: int | None) -> Any:
         """Answer one request: a whole JSON response, or a stream of server-sent events."""
         t0 = time.perf_counter()
-        self._check_model(req.model)
+        if not req.ANY_MODEL:
+            self._check_model(req.model)
         req.check()
-        prepared = await self._prepare(prompt, max_tokens, req)
+        prepared = await self.prepare(prompt, max_tokens, req)
         left = Leave()
         watcher = asyncio.create_task(watch_disconnect(request.receive, left))
         ticket = request.scope.get("state", {}).get("ticket") or self.worker.admit()
@@ -71,7 +72,7 @@ class Service:
                 watcher.cancel()
                 await stream.aclose()
             return JSONResponse(shape.final(rid, now, done()), headers=shape.headers())
-        events = self._events(request, stream, run, shape, rid, now, first, done, watcher)
+        events = self._events(request, stream, run, shape, rid, now, len(prepared.tokens), first, done, watcher)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **shape.headers()}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
@@ -100,7 +101,7 @@ class Service:
         )
         return served
 
-    async def _prepare(self, prompt: Any, max_tokens: int | None, req: Common) -> Prepared:
+    async def prepare(self, prompt: Any, max_tokens: int | None, req: Common) -> Prepared:
         """The request made ready (tokenized, its context checked, its grammar compiled: once, before it is queued,
         on a thread beside the decoding), or refused: what cannot fit the context (the prompt, the prediction,
         max_tokens: OpenAI refuses prompt + max_tokens beyond the context too); without max_tokens, the room left."""
@@ -127,6 +128,8 @@ class Service:
         except ValueError as e:  # a setting the API refuses: "name: why"
             raise ApiError(400, str(e), param=str(e).split(":")[0]) from None
         room = n_ctx - len(prepared.tokens)
+        if max_tokens is not None and max_tokens > room and req.CAP_TO_ROOM:
+            max_tokens = room
         if max_tokens is not None and max_tokens > room:
             raise ApiError(
                 400,
@@ -187,6 +190,7 @@ class Service:
         shape: Shape,
         rid: str,
         now: int,
+        prompt_tokens: int,
         first: list[float],
         done: Callable[[], Served],
         watcher: asyncio.Task[None],
@@ -194,7 +198,7 @@ class Service:
         served: Served | None = None
         failed = False
         try:
-            for event in shape.opening(rid, now):
+            for event in shape.opening(rid, now, prompt_tokens):
                 yield event
             async with aclosing(self._deltas(stream, run, shape, rid, now, first)) as deltas:
                 async for event in deltas:

@@ -91,8 +91,8 @@ class Shape(Protocol):
         """The whole answer."""
         ...
 
-    def opening(self, rid: str, now: int) -> list[bytes]:
-        """The events before the first text."""
+    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
+        """The events before the first text (the prompt is `prompt_tokens` long)."""
         ...
 
     def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
@@ -137,7 +137,7 @@ class Chunks:
         choice = {"index": 0, **choice, "finish_reason": finish}
         return sse({"id": rid, "object": self.CHUNK, "created": now, "model": self.model, "choices": [choice]})
 
-    def opening(self, rid: str, now: int) -> list[bytes]:
+    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
         return []
 
     def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
