@@ -147,3 +147,41 @@ def test_the_stop_string_found_is_named() -> None:
     stream = TextStream(["END", "two"])
     shown = stream.feed(b"one tw") + stream.feed(b"o three END")
     assert shown == "one " and stream.stopped and stream.matched == "two"
+
+
+def test_system_messages_in_the_conversation_join_the_system_prompt() -> None:
+    """Claude Code adds a fixed system message after a session's first question: gathered into the system prompt,
+    the prompts of two sessions part only at their questions."""
+    asks = [
+        MessagesRequest.model_validate(
+            {
+                "model": "m",
+                "max_tokens": 8,
+                "system": "You are Claude Code.",
+                "messages": [
+                    {"role": "user", "content": question},
+                    {"role": "system", "content": [{"type": "text", "text": "Agents: Explore, Plan."}]},
+                ],
+            }
+        ).chat()
+        for question in ("What is 2+2?", "What is 3+5?")
+    ]
+    assert asks[0][0] == asks[1][0] == {"role": "system", "content": "You are Claude Code.\n\nAgents: Explore, Plan."}
+    assert [m["role"] for m in asks[0]] == ["system", "user"]
+
+
+def test_a_long_silence_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While nothing comes (a long prefill), a stream sends SSE comments, which clients skip: the answer parses."""
+    from localspec.frontends.server import service
+
+    monkeypatch.setattr(service, "KEEPALIVE_SECONDS", 0.05)
+    s = Served(StandIn(pace=0.3))
+    try:
+        body = {"model": "m", "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        raw = httpx.post(f"{s.url}/v1/messages", json=body, timeout=30).text
+        assert raw.count(": keepalive") >= 2, raw
+        ask = {k: v for k, v in body.items() if k != "stream"}
+        with anthropic.Anthropic(base_url=s.url, api_key="x").messages.stream(**ask) as stream:  # type: ignore[arg-type]
+            assert stream.get_final_message().usage.output_tokens == 2
+    finally:
+        s.stop()

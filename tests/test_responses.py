@@ -67,7 +67,7 @@ def test_a_codex_history_reads_as_a_chat() -> None:
 @pytest.mark.parametrize(
     ("body", "where"),
     [
-        ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": "hi", "conversation": "conv_1"}, "conversation"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input"),
         ({"input": "hi", "background": True}, "background"),
@@ -125,7 +125,7 @@ def test_skipped_tools_are_named_and_an_error_is_openai_shaped(served: Served) -
     assert r.json()["localspec"]["skipped_tools"] == ["image_generation"] and r.json()["tools"] == []
     bad = httpx.post(f"{served.url}/v1/responses", json={**body, "previous_response_id": "resp_1"})
     error = bad.json()["error"]
-    assert bad.status_code == 400 and error["param"] == "previous_response_id" and "input" in error["message"]
+    assert bad.status_code == 404 and error["param"] == "previous_response_id" and "stored" in error["message"]
     assert httpx.post(f"{served.url}/v1/responses", json={**body, "model": "other"}).status_code == 404
 
 

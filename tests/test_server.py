@@ -860,3 +860,22 @@ def test_an_anthropic_tool_round(server: Server) -> None:
         messages=messages,
     )
     assert final.stop_reason == "end_turn" and "18" in final.content[0].text
+
+
+def test_a_stored_conversation_answers_as_the_whole_history_does(server: Server) -> None:
+    """Three turns through `previous_response_id`, each sending only its new input, give the text the same
+    conversation sent whole each turn gives (greedy)."""
+    client = server.client()
+    turns = ["Name a fruit.", "Name another one.", "Which of the two is sweeter?"]
+    previous, history, texts = None, [], []
+    for turn in turns:
+        kept = client.responses.create(
+            model=MODEL, input=turn, previous_response_id=previous, temperature=0, max_output_tokens=24
+        )
+        history += [{"role": "user", "content": turn}]
+        whole = client.responses.create(model=MODEL, input=history, store=False, temperature=0, max_output_tokens=24)
+        assert kept.output_text == whole.output_text, (turn, kept.output_text, whole.output_text)
+        history += [{"role": "assistant", "content": kept.output_text}]
+        previous = kept.id
+        texts.append(kept.output_text)
+    assert len(set(texts)) == 3

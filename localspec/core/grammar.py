@@ -77,13 +77,15 @@ def check_schema_size(schema: Any) -> None:
             stack.extend(value)
 
 
-def json_schema_grammar(schema: dict[str, Any] | str) -> str:
-    """llguidance's grammar for JSON that validates against `schema`, laid out compactly."""
+def json_schema_grammar(schema: dict[str, Any] | str, *, lenient: bool = False) -> str:
+    """llguidance's grammar for JSON that validates against `schema`, laid out compactly. `lenient`: keywords
+    llguidance does not implement (propertyNames, say) are left out, the grammar allowing more (a tool's arguments,
+    which guide a call) rather than refused (an answer's format, which must validate)."""
     from llguidance import LLMatcher
 
     check_schema_size(schema)
     try:
-        grammar = LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)  # type: ignore[arg-type]
+        grammar = LLMatcher.grammar_from_json_schema(schema, defaults={**JSON_LAYOUT, "lenient": lenient})  # type: ignore[arg-type]
     except ValueError as e:
         raise GrammarError(f"not a JSON schema: {e}") from None
     return check_grammar(grammar)

@@ -127,7 +127,7 @@ def call_grammar(tools: list[dict[str, Any]], name: str | None, open_tag: str, c
         for f in (t["function"] for t in tools)
         if name is None or f["name"] == name
     ]
-    schema = {"anyOf": schemas, "x-guidance": JSON_LAYOUT}
+    schema = {"anyOf": schemas, "x-guidance": {**JSON_LAYOUT, "lenient": True}}  # as the tools were checked
     lark = f'start: {open_tag} "\\n" body "\\n" {close_tag}\nbody: %json {json.dumps(schema)}\n'
     from llguidance import LLMatcher
 

@@ -98,8 +98,9 @@ def _describe(app: FastAPI, v1: APIRouter, service: Service) -> None:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": model_id, "waiting": worker.waiting, "busy": worker.lock.locked()}
 
+    @app.api_route("/", methods=["GET", "HEAD"])
     @app.get("/api/hello")
-    async def hello() -> dict[str, Any]:  # Claude Code's first request: is anything there
+    async def hello() -> dict[str, Any]:  # Claude Code's first requests: is anything there
         return {"status": "ok", "model": model_id}
 
     @v1.get("/models")

@@ -96,7 +96,8 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError) -> JSONResponse:
-        say(f"localspec: {request.method} {request.url.path} {e.status} {e.code or e.kind}")
+        said = e.message if len(e.message) <= 200 else e.message[:199] + "…"  # why, for whoever reads the log
+        say(f"localspec: {request.method} {request.url.path} {e.status} {e.code or e.kind}: {said}")
         return e.response(anthropic_path(request.url.path))
 
     @app.exception_handler(RequestValidationError)

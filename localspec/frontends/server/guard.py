@@ -19,7 +19,7 @@ from localspec.frontends.server.schemas import MAX_MESSAGES, MAX_TOOLS
 from localspec.frontends.server.worker import Ticket
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
-OPEN_PATHS = frozenset({"/health", "/api/hello"})  # answered without the key
+OPEN_PATHS = frozenset({"/", "/health", "/api/hello"})  # answered without the key
 # admitted only while the queue has room, before their bodies are read
 GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
 # A body with more of these keys than ITEMS holds more messages (chat: "role") or input items (the Responses API: a

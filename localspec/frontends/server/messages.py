@@ -79,7 +79,7 @@ Block = Annotated[
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # system: instructions added mid-conversation (Claude Code's beta)
     content: str | list[Block]
 
     def blocks(self) -> list[Any]:
@@ -155,15 +155,22 @@ class MessagesRequest(Common):
         return {"tools": functions if functions and choice != "none" else None, "tool_choice": choice}
 
     def chat(self) -> list[dict[str, Any]]:
-        """The conversation as the chat template reads it: the system text first (its billing header left out), each
-        tool_use an assistant's call, each tool_result a tool message, thinking left out; images and documents
-        refused with a 400 naming the block."""
+        """The conversation as the chat template reads it: the system text first (its billing header left out, the
+        conversation's system messages after it: Claude Code adds a fixed one after each session's first question,
+        which kept there would part every session's prompt from the last at that question, and most chat templates
+        take a system message only first), each tool_use an assistant's call, each tool_result a tool message,
+        thinking left out; images and documents refused with a 400 naming the block."""
         out: list[dict[str, Any]] = []
         blocks = [TextBlock(type="text", text=self.system)] if isinstance(self.system, str) else self.system or []
-        system = "\n\n".join(b.text for b in blocks if not b.text.startswith(BILLING_HEADER))
-        if system:
+        texts = [b.text for b in blocks if not b.text.startswith(BILLING_HEADER)]
+        texts += [
+            "".join(b.text for b in m.blocks() if isinstance(b, TextBlock)) for m in self.messages if m.role == "system"
+        ]
+        if system := "\n\n".join(t for t in texts if t):
             out.append({"role": "system", "content": system})
         for i, message in enumerate(self.messages):
+            if message.role == "system":
+                continue
             text: list[str] = []
             calls: list[dict[str, Any]] = []
             for j, block in enumerate(message.blocks()):

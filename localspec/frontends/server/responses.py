@@ -1,8 +1,10 @@
 """OpenAI's Responses API (`POST /v1/responses`, what Codex CLI speaks): its request read as a chat, its answer
-as output items, whole or as the named events of its stream.
+as output items, whole or as the named events of its stream; stored responses (`GET`, `DELETE`).
 
-Stateless: every request carries its whole conversation (Codex sends `store: false` and resends the history each
-turn, which the target's cached prefix makes cheap). Tools the server cannot run (web search, image generation,
+A response is stored unless its request says `store: false` (stored.py), and `previous_response_id` continues its
+conversation without the client sending it again (the new request's instructions replace the earlier ones, as
+OpenAI's do). Codex sends `store: false` and resends the history each turn, which the target's cached prefix makes
+cheap. Tools the server cannot run (web search, image generation,
 hosted shells) are left out of the prompt and named in the `X-Localspec-Skipped-Tools` header and the response's
 `localspec.skipped_tools`; a namespace's functions (an MCP server's) are offered as `namespace.function` and mapped
 back in the calls.
@@ -12,9 +14,12 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
+import anyio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -32,6 +37,8 @@ from localspec.frontends.server.schemas import (
 )
 from localspec.frontends.server.service import Service
 from localspec.frontends.server.shapes import Served, TokenBytes, figures, sse
+from localspec.frontends.server.stored import ResponseStore
+from localspec.paths import cache_dir
 
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
 MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio"})
@@ -219,9 +226,9 @@ class TextOptions(BaseModel):
 class ResponsesRequest(Common):
     PROMPT_FIELD: ClassVar[str] = "input"
     LENGTH_FIELD: ClassVar[str] = "max_output_tokens"
-    """A Responses API request. Accepted and not acted on: `store` (nothing is stored), `reasoning`, `include`,
-    `prompt_cache_key` (the target's cache keeps the longest common prefix anyway), `client_metadata`,
-    `metadata`, `truncation`, `user`, `service_tier`."""
+    """A Responses API request. Accepted and not acted on: `reasoning`, `include`, `prompt_cache_key` (the
+    target's cache keeps the longest common prefix anyway), `client_metadata`, `metadata`, `truncation`, `user`,
+    `service_tier`."""
 
     input: str | Annotated[list[Item], Field(min_length=1, max_length=MAX_MESSAGES)]
     instructions: str | None = None
@@ -231,6 +238,7 @@ class ResponsesRequest(Common):
     max_output_tokens: Annotated[int | None, Field(ge=1)] = None
     text: TextOptions | None = None
     previous_response_id: str | None = None
+    store: bool = True
     conversation: str | dict[str, Any] | None = None
     background: bool = False
     metadata: dict[str, Any] | None = None
@@ -245,12 +253,12 @@ class ResponsesRequest(Common):
                 raise ValueError(f"at most {MAX_TOOLS} functions in all (each of a namespace's counts)")
         return v
 
-    @field_validator("previous_response_id", "conversation")
+    @field_validator("conversation")
     @classmethod
-    def _stateless(cls, v: Any) -> Any:
+    def _no_conversations(cls, v: Any) -> Any:
         if v is not None:
             raise ValueError(
-                "localspec keeps no responses or conversations (every request is stateless, as with store: false): "
+                "localspec keeps no conversation objects: continue a stored response with previous_response_id, or "
                 "send the whole conversation in input"
             )
         return v
@@ -308,15 +316,17 @@ class ResponsesRequest(Common):
             "logprobs": None,
         }
 
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self, history: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """The conversation as the chat template reads it: the instructions and leading system or developer
-        messages as one system message, calls as the assistant's tool calls, their outputs as tool messages."""
+        messages as one system message, then `history` (a stored response's conversation), then the input: calls
+        as the assistant's tool calls, their outputs as tool messages."""
         items: list[Any] = [MessageItem(role="user", content=self.input)] if isinstance(self.input, str) else self.input
         system = [self.instructions] if self.instructions else []
         while items and isinstance(items[0], MessageItem) and items[0].role in ("system", "developer"):
             system.append(_text(items[0].content))
             items = items[1:]
-        chat: list[ChatMessage] = [ChatMessage(role="system", content="\n\n".join(system))] if system else []
+        head = [ChatMessage(role="system", content="\n\n".join(system)).for_template()] if system else []
+        chat: list[ChatMessage] = []
         names: dict[str, str] = {}  # call id: the function's name, for its output
         for item in items:
             if isinstance(item, MessageItem):
@@ -335,9 +345,9 @@ class ResponsesRequest(Common):
                         role="tool", content=_text(item.output), tool_call_id=item.call_id, name=names.get(item.call_id)
                     )
                 )
-        if not chat:
+        if not chat and not history and not head:
             raise ApiError(400, "the input holds no message", param="input")
-        return [m.for_template() for m in chat]
+        return [*head, *(history or []), *(m.for_template() for m in chat)]
 
 
 def flat(namespace: str | None, name: str) -> str:
@@ -368,6 +378,7 @@ class ResponsesShape:
 
     model: str
     request: ResponsesRequest
+    keep: Callable[[dict[str, Any], dict[str, Any]], None] | None = None  # stores a finished response and its answer
     sequence: int = 0
     text: list[str] = field(default_factory=list)  # the message's text streamed so far
     blank: str = ""  # whitespace held until text follows it
@@ -411,9 +422,9 @@ class ResponsesShape:
             "instructions": req.instructions,
             "max_output_tokens": req.max_output_tokens,
             "parallel_tool_calls": req.parallel_tool_calls,
-            "previous_response_id": None,
+            "previous_response_id": req.previous_response_id,
             "reasoning": {"effort": None, "summary": None},
-            "store": False,
+            "store": req.store,
             "temperature": req.temperature,
             "top_p": req.top_p,
             "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
@@ -454,8 +465,21 @@ class ResponsesShape:
     def _output(self, text: str, served: Served) -> list[dict[str, Any]]:
         return ([self._message(text)] if text.strip() else []) + self._calls(served.tool_calls)
 
+    def _kept(self, response: dict[str, Any], served: Served) -> dict[str, Any]:
+        """A finished response, stored (where asked) with its answer as the chat template reads it."""
+        if self.keep is not None:
+            answer: dict[str, Any] = {"role": "assistant", "content": served.text}
+            if served.tool_calls:
+                calls = served.tool_calls[:1] if not self.request.parallel_tool_calls else served.tool_calls
+                answer["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in calls
+                ]
+            self.keep(response, answer)
+        return response
+
     def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
-        return self._response(rid, now, "completed", self._output(served.text, served), served)
+        return self._kept(self._response(rid, now, "completed", self._output(served.text, served), served), served)
 
     def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
         response = self._response(rid, now, "in_progress", [])
@@ -504,7 +528,7 @@ class ResponsesShape:
                 )
             )
             out.append(self._event("response.output_item.done", output_index=index, item=item))
-        response = self._response(rid, now, "completed", output, served)
+        response = self._kept(self._response(rid, now, "completed", output, served), served)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return [*out, self._event(kind, response=response)]
 
@@ -514,8 +538,49 @@ class ResponsesShape:
         return [self._event("response.failed", response=response)]
 
 
+def responses_dir() -> Path:
+    """Where stored responses are kept."""
+    return cache_dir() / "responses"
+
+
+def _not_found(rid: str, param: str | None = None) -> ApiError:
+    return ApiError(
+        404,
+        f"no response '{rid}' is stored here (made with store: false, deleted, or among the oldest removed)",
+        param=param,
+        code="not_found",
+    )
+
+
 def add_route(router: APIRouter, service: Service) -> None:
+    store = ResponseStore(responses_dir())
+
+    async def stored(rid: str, param: str | None = None) -> dict[str, Any]:
+        kept = await anyio.to_thread.run_sync(store.get, rid)  # a file read: off the event loop
+        if kept is None:
+            raise _not_found(rid, param)
+        return kept
+
     @router.post("/responses")
     async def responses(request: Request, req: ResponsesRequest) -> Any:
-        shape = ResponsesShape(service.model_id, req)
-        return await service.serve(request, req, shape, req.messages(), req.max_output_tokens)
+        history: list[dict[str, Any]] = []
+        if req.previous_response_id is not None:
+            history = (await stored(req.previous_response_id, "previous_response_id"))["history"]
+        messages = req.messages(history)
+        asked = messages[1:] if messages and messages[0]["role"] == "system" else messages  # instructions: per request
+
+        def keep(response: dict[str, Any], answer: dict[str, Any]) -> None:
+            store.put(response["id"], response, [*asked, answer])
+
+        shape = ResponsesShape(service.model_id, req, keep if req.store else None)
+        return await service.serve(request, req, shape, messages, req.max_output_tokens)
+
+    @router.get("/responses/{rid}")
+    async def get_response(rid: str) -> Any:
+        return (await stored(rid))["response"]
+
+    @router.delete("/responses/{rid}")
+    async def delete_response(rid: str) -> Any:
+        if not await anyio.to_thread.run_sync(store.delete, rid):
+            raise _not_found(rid)
+        return {"id": rid, "object": "response", "deleted": True}

@@ -69,7 +69,7 @@ class FunctionDef(BaseModel):
     @classmethod
     def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
-            json_schema_grammar(v)  # a GrammarError (a ValueError) names what is wrong
+            json_schema_grammar(v, lenient=True)  # a GrammarError (a ValueError) names what is wrong
         return v
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -21,6 +22,34 @@ from localspec.frontends.server.shapes import Served, Shape
 from localspec.frontends.server.worker import ClientGone, Leave, Sent, Stalled, Worker, watch_disconnect
 
 Stream = AsyncGenerator[Sent | Generation, None]
+# A stream silent this long (a long prompt prefilling: Claude Code's first request is 18,800 tokens, minutes on a
+# CPU) says it is alive with an SSE comment, which every client's parser skips: Node's fetch (undici, under Claude
+# Code) gives up on a body silent for 300 s, and its retry started the prefill again.
+KEEPALIVE_SECONDS = 15.0
+KEEPALIVE = b": keepalive\n\n"
+
+
+async def ticking(stream: Stream, every: float) -> AsyncGenerator[Sent | Generation | None, None]:
+    """The stream's items, and None after every `every` seconds without one."""
+    pending: asyncio.Future[Sent | Generation] | None = None
+    try:
+        while True:
+            pending = pending or asyncio.ensure_future(stream.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=every)
+            if not done:
+                yield None
+                continue
+            try:
+                item = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield item
+    finally:
+        if pending is not None and not pending.done():  # the reader stopped: so does the wait
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
 
 
 class Service:
@@ -164,7 +193,10 @@ class Service:
             new, sent = run.logprobs[sent:upto], upto
             return shape.logprobs(new, self.spec.piece)
 
-        async for item in stream:
+        async for item in ticking(stream, KEEPALIVE_SECONDS):
+            if item is None:
+                yield KEEPALIVE
+                continue
             assert isinstance(item, Sent)
             first.append(time.perf_counter())
             text = calls.feed(item.piece.text) if calls else item.piece.text
