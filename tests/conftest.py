@@ -106,6 +106,21 @@ def run_cli(
     )
 
 
+def npm_installed(tmp_path_factory: pytest.TempPathFactory, package: str, binary: str) -> Path:
+    """`package` installed by npm into a temporary folder: the path of its `binary` (the test skipped where npm is
+    missing or cannot fetch the package)."""
+    import shutil
+
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed")
+    root = tmp_path_factory.mktemp(binary)
+    got = subprocess.run([npm, "install", "--prefix", str(root), package], capture_output=True, timeout=600)
+    if got.returncode != 0:
+        pytest.skip(f"npm could not install {package}: {got.stderr.decode(errors='replace')[-400:]}")
+    return root / "node_modules" / ".bin" / binary
+
+
 def joined_once_loaded(run: Iterable[Any], drafter: Any) -> None:
     """Run a generation to its end; where its draft model is loading beside it, wait for that load once (the
     target goes on alone meanwhile), so it joins within the answer however fast this machine loads it."""

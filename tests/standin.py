@@ -4,6 +4,7 @@ over it, served by uvicorn on a free local port (`Served`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -139,6 +140,17 @@ class Served:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+
+
+@contextlib.contextmanager
+def serving(spec: StandIn, **options: Any) -> Iterator[Served]:
+    """The app over `spec`, served while the block runs; its log shows no traceback."""
+    s = Served(spec, **options)
+    try:
+        yield s
+    finally:
+        s.stop()
+    assert not any("Traceback" in line for line in s.log), s.log
 
 
 def until(condition: Callable[[], object], what: str, seconds: float = 60) -> None:

@@ -9,26 +9,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import npm_installed
 from test_server import MODEL, Server
 
 
 @pytest.fixture(scope="module")
 def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed")
-    root = tmp_path_factory.mktemp("codex")
-    got = subprocess.run([npm, "install", "--prefix", str(root), "@openai/codex"], capture_output=True, timeout=600)
-    if got.returncode != 0:
-        pytest.skip(f"npm could not install @openai/codex: {got.stderr.decode(errors='replace')[-400:]}")
-    return root / "node_modules" / ".bin" / "codex"
+    return npm_installed(tmp_path_factory, "@openai/codex", "codex")
 
 
 @pytest.fixture(scope="module")

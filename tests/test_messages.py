@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from standin import Served, StandIn
+from standin import Served, StandIn, serving
 
 from localspec.frontends.server.messages import MessagesRequest
 
@@ -27,10 +27,8 @@ TOOLS = [
 
 @pytest.fixture
 def served() -> Iterator[Served]:
-    s = Served(StandIn(), api_key=KEY)
-    yield s
-    s.stop()
-    assert not any("Traceback" in line for line in s.log), s.log
+    with serving(StandIn(), api_key=KEY) as s:
+        yield s
 
 
 def _text(message: anthropic.types.Message) -> str:
@@ -171,7 +169,8 @@ def test_system_messages_in_the_conversation_join_the_system_prompt() -> None:
 
 
 def test_a_long_silence_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While nothing comes (a long prefill), a stream sends SSE comments, which clients skip: the answer parses."""
+    """While nothing comes (a long prefill), a stream sends ping events (Claude Code gives up after 300 s without an
+    event); the answer parses as before. OpenAI's streams send SSE comments."""
     from localspec.frontends.server import service
 
     monkeypatch.setattr(service, "KEEPALIVE_SECONDS", 0.05)
@@ -179,7 +178,9 @@ def test_a_long_silence_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         body = {"model": "m", "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         raw = httpx.post(f"{s.url}/v1/messages", json=body, timeout=30).text
-        assert raw.count(": keepalive") >= 2, raw
+        assert raw.count("event: ping") >= 3, raw  # the opening's, then the silence's
+        chat = {"model": "standin", "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(f"{s.url}/v1/chat/completions", json=chat, timeout=30).text.count(": keepalive") >= 2
         ask = {k: v for k, v in body.items() if k != "stream"}
         with anthropic.Anthropic(base_url=s.url, api_key="x").messages.stream(**ask) as stream:  # type: ignore[arg-type]
             assert stream.get_final_message().usage.output_tokens == 2

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from standin import Served, StandIn
+from standin import Served, StandIn, serving
 
 from localspec.frontends.server.responses import ResponsesRequest
 
@@ -86,10 +86,8 @@ def test_what_cannot_be_honoured_is_refused_by_name(served: Served, body: dict[s
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    s = Served(StandIn(piece="word ", pace=0.001))
-    yield s
-    s.stop()
-    assert not any("Traceback" in line for line in s.log), s.log
+    with serving(StandIn(piece="word ", pace=0.001)) as s:
+        yield s
 
 
 def test_plain_and_streamed_answers_as_the_openai_client_reads_them(served: Served) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from standin import Served, StandIn
+from standin import Served, StandIn, serving
 
 KEY = "clé-ключ-鍵"
 AUTH = {b"Authorization": f"Bearer {KEY}".encode()}  # UTF-8 bytes, as curl and the SDKs send it
@@ -19,10 +19,8 @@ AUTH = {b"Authorization": f"Bearer {KEY}".encode()}  # UTF-8 bytes, as curl and 
 
 @pytest.fixture
 def served() -> Iterator[Served]:
-    s = Served(StandIn(), api_key=KEY)
-    yield s
-    s.stop()
-    assert not any("Traceback" in line for line in s.log), s.log
+    with serving(StandIn(), api_key=KEY) as s:
+        yield s
 
 
 def test_head_health_answers_as_get_does(served: Served) -> None:

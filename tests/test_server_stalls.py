@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from standin import Served, StandIn, until
+from standin import Served, StandIn, serving, until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from stall_check import head, raw, request
@@ -24,10 +24,8 @@ KB = "x" * 1000  # a piece of a kilobyte: a client that does not read fills its 
 @pytest.fixture
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     spec, options = request.param
-    s = Served(spec, **options)
-    yield s
-    s.stop()
-    assert not any("Traceback" in line for line in s.log), s.log
+    with serving(spec, **options) as s:
+        yield s
 
 
 def _streamed(port: int, tokens: int = 100_000) -> bytes:

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from standin import Served, StandIn
+from standin import Served, StandIn, serving
 
 from localspec.frontends.server.stored import ResponseStore
 
@@ -22,10 +22,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def served(cache: Path) -> Iterator[Served]:
-    s = Served(StandIn())
-    yield s
-    s.stop()
-    assert not any("Traceback" in line for line in s.log), s.log
+    with serving(StandIn()) as s:
+        yield s
 
 
 def _client(served: Served) -> openai.OpenAI:

@@ -305,6 +305,9 @@ class MessagesShape:
     def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
         return [sse(error.body(anthropic=True), "error")]
 
+    def keepalive(self) -> list[bytes]:
+        return [self._event("ping")]  # as Anthropic's API sends: Claude Code waits 300 s for an event, no longer
+
 
 class CountRequest(MessagesRequest):
     """count_tokens takes a Messages request without max_tokens."""

@@ -36,7 +36,7 @@ from localspec.frontends.server.schemas import (
     check_named_tool,
 )
 from localspec.frontends.server.service import Service
-from localspec.frontends.server.shapes import Served, TokenBytes, figures, sse
+from localspec.frontends.server.shapes import COMMENT, Served, TokenBytes, figures, sse
 from localspec.frontends.server.stored import ResponseStore
 from localspec.paths import cache_dir
 
@@ -531,6 +531,9 @@ class ResponsesShape:
         response = self._kept(self._response(rid, now, "completed", output, served), served)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return [*out, self._event(kind, response=response)]
+
+    def keepalive(self) -> list[bytes]:
+        return [COMMENT]  # the Responses API has no event for it
 
     def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
         response = self._response(rid, now, "failed", [])

@@ -23,10 +23,9 @@ from localspec.frontends.server.worker import ClientGone, Leave, Sent, Stalled, 
 
 Stream = AsyncGenerator[Sent | Generation, None]
 # A stream silent this long (a long prompt prefilling: Claude Code's first request is 18,800 tokens, minutes on a
-# CPU) says it is alive with an SSE comment, which every client's parser skips: Node's fetch (undici, under Claude
-# Code) gives up on a body silent for 300 s, and its retry started the prefill again.
+# CPU) says it is alive (Shape.keepalive): Claude Code gives up on a stream without an event for 300 s, and its
+# retry started the prefill again.
 KEEPALIVE_SECONDS = 15.0
-KEEPALIVE = b": keepalive\n\n"
 
 
 async def ticking(stream: Stream, every: float) -> AsyncGenerator[Sent | Generation | None, None]:
@@ -195,7 +194,8 @@ class Service:
 
         async for item in ticking(stream, KEEPALIVE_SECONDS):
             if item is None:
-                yield KEEPALIVE
+                for event in shape.keepalive():
+                    yield event
                 continue
             assert isinstance(item, Sent)
             first.append(time.perf_counter())

@@ -68,6 +68,9 @@ def figures(served: Served) -> dict[str, Any]:
     }
 
 
+COMMENT = b": keepalive\n\n"  # an SSE comment: bytes on the wire, nothing for the client's parser
+
+
 def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
     """One server-sent event; `event` names it (the Responses API names each)."""
     head = f"event: {event}\n" if event else ""
@@ -105,6 +108,11 @@ class Shape(Protocol):
 
     def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
         """The events that end a stream whose generation failed."""
+        ...
+
+    def keepalive(self) -> list[bytes]:
+        """What a stream sends while nothing comes (a long prefill): an event its clients take as one, or an SSE
+        comment, which every parser skips."""
         ...
 
 
@@ -152,6 +160,9 @@ class Chunks:
 
     def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
         return [sse(error.body()), sse("[DONE]")]
+
+    def keepalive(self) -> list[bytes]:
+        return [COMMENT]
 
     def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
         choice = {"index": 0, **self.whole(served), "logprobs": served.logprobs, "finish_reason": served.finish_reason}
