@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from standin import Served, StandIn, serving
+from standin import Served, StandIn, serving, until
 
 from localspec.frontends.server.messages import MessagesRequest
 
@@ -169,8 +169,9 @@ def test_system_messages_in_the_conversation_join_the_system_prompt() -> None:
 
 
 def test_a_long_silence_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While nothing comes (a long prefill), a stream sends ping events (Claude Code gives up after 300 s without an
-    event); the answer parses as before. OpenAI's streams send SSE comments."""
+    """While nothing comes (a long prefill), a stream sends pings and empty text deltas (Claude Code gives up after
+    300 s without an event its SDK passes on, and the SDK drops pings); the answer is the same text. OpenAI's streams
+    send SSE comments."""
     from localspec.frontends.server import service
 
     monkeypatch.setattr(service, "KEEPALIVE_SECONDS", 0.05)
@@ -182,7 +183,28 @@ def test_a_long_silence_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
         chat = {"model": "standin", "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         assert httpx.post(f"{s.url}/v1/chat/completions", json=chat, timeout=30).text.count(": keepalive") >= 2
         ask = {k: v for k, v in body.items() if k != "stream"}
+        assert raw.count('"text_delta", "text": ""') >= 2 and raw.count("event: content_block_start") == 1, raw
         with anthropic.Anthropic(base_url=s.url, api_key="x").messages.stream(**ask) as stream:  # type: ignore[arg-type]
-            assert stream.get_final_message().usage.output_tokens == 2
+            kept = stream.get_final_message()
+        assert _text(kept) == "word " * 2 and kept.usage.output_tokens == 2
     finally:
         s.stop()
+
+
+def test_a_client_gone_during_the_silence_frees_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that leaves while only pings come: its generation stops, and the next request is answered."""
+    from localspec.frontends.server import service
+
+    monkeypatch.setattr(service, "KEEPALIVE_SECONDS", 0.05)
+    with serving(StandIn(pace=0.5)) as s:
+        body = {"model": "m", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        with httpx.stream("POST", f"{s.url}/v1/messages", json=body, timeout=30) as answer:
+            lines = answer.iter_lines()
+            while "ping" not in next(lines):  # the opening's ping
+                pass
+            while "ping" not in next(lines):  # one from the silence
+                pass
+        until(lambda: any(" 499 " in line for line in s.log), "the server to see the client go")
+        s.spec._engine.pace = 0.001
+        again = httpx.post(f"{s.url}/v1/messages", json={**body, "stream": False, "max_tokens": 2}, timeout=30)
+        assert again.status_code == 200 and again.json()["usage"]["output_tokens"] == 2

@@ -132,7 +132,7 @@ def install(app: FastAPI, say: Callable[[str], None]) -> None:
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, e: Exception) -> JSONResponse:
-        """A bug: the client gets a 500 in OpenAI's shape, never the traceback (that goes to the log)."""
+        """A bug: the client gets a 500 in the API's error shape, never the traceback (that goes to the log)."""
         say(f"localspec: {request.method} {request.url.path} 500 internal error\n{traceback.format_exc().rstrip()}")
         error = ApiError(500, "internal server error (the server's log has the details)", kind="server_error")
         return error.response(anthropic_path(request.url.path))

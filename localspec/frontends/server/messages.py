@@ -280,10 +280,8 @@ class MessagesShape:
     def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
         if not text:
             return []
-        out = []
-        if not self.text_open:
-            self.text_open = True
-            out.append(self._event("content_block_start", index=0, content_block={"type": "text", "text": ""}))
+        out = [] if self.text_open else [self._open_text()]
+        self.text_open = True
         return [*out, self._event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})]
 
     def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
@@ -306,7 +304,15 @@ class MessagesShape:
         return [sse(error.body(anthropic=True), "error")]
 
     def keepalive(self) -> list[bytes]:
-        return [self._event("ping")]  # as Anthropic's API sends: Claude Code waits 300 s for an event, no longer
+        """A ping, as Anthropic's API sends, and an empty text delta (the text block opened for it): Claude Code
+        gives up on a stream after 300 s without an event its SDK passes on, and the SDK drops pings."""
+        out = [] if self.text_open else [self._open_text()]
+        self.text_open = True
+        delta = {"type": "text_delta", "text": ""}
+        return [*out, self._event("ping"), self._event("content_block_delta", index=0, delta=delta)]
+
+    def _open_text(self) -> bytes:
+        return self._event("content_block_start", index=0, content_block={"type": "text", "text": ""})
 
 
 class CountRequest(MessagesRequest):

@@ -192,16 +192,17 @@ class Service:
             new, sent = run.logprobs[sent:upto], upto
             return shape.logprobs(new, self.spec.piece)
 
-        async for item in ticking(stream, KEEPALIVE_SECONDS):
-            if item is None:
-                for event in shape.keepalive():
+        async with aclosing(ticking(stream, KEEPALIVE_SECONDS)) as items:  # closed with this: its wait too
+            async for item in items:
+                if item is None:
+                    for event in shape.keepalive():
+                        yield event
+                    continue
+                assert isinstance(item, Sent)
+                first.append(time.perf_counter())
+                text = calls.feed(item.piece.text) if calls else item.piece.text
+                for event in shape.delta(rid, now, text, logprobs(item.logprobs)):
                     yield event
-                continue
-            assert isinstance(item, Sent)
-            first.append(time.perf_counter())
-            text = calls.feed(item.piece.text) if calls else item.piece.text
-            for event in shape.delta(rid, now, text, logprobs(item.logprobs)):
-                yield event
         if run.logprobs is not None and sent < len(run.logprobs):  # tokens that made no text (a stop string)
             for event in shape.delta(rid, now, "", logprobs()):
                 yield event
