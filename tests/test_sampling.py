@@ -17,6 +17,7 @@ from scipy.stats import chisquare
 from localspec.core.sampling import (
     InvariantSampling,
     OneHot,
+    Probs,
     SamplerSettings,
     _gumbel_one,
     _key,
@@ -186,6 +187,15 @@ def test_chain_equals_reference(s: SamplerSettings) -> None:
     for n, scale in itertools.product([10, 5000, 151_936], [0.5, 3.0]):
         logits = rng.normal(size=n) * scale
         np.testing.assert_allclose(dense(process(logits, s), n), _reference(logits, s), atol=1e-12)
+
+
+def test_a_probability_under_the_smallest_float_is_never_picked() -> None:
+    """At a low temperature a wide top-k set's tail underflows to probability 0: kept in the support (as the
+    full-vocabulary chain keeps it), never picked, and no error."""
+    logits = np.array([0.0, -40.0, -80.0, 10.0], dtype=np.float32)
+    d = process(logits, SamplerSettings(temperature=0.05, top_k=4, top_p=1.0, min_p=0.0))
+    assert isinstance(d, Probs) and 0.0 in d.p
+    assert {InvariantSampling(1).pick(d, pos) for pos in range(50)} == {3}
 
 
 def test_greedy_is_one_hot_argmax() -> None:

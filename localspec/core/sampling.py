@@ -301,6 +301,11 @@ def _gumbel_one(key: int, token: int) -> float:
     return -math.log(-math.log(u))
 
 
+def _log(p: float) -> float:
+    """log p, and -inf at 0 (a probability a low temperature took under the smallest float), as numpy's log."""
+    return math.log(p) if p > 0 else -math.inf
+
+
 def gumbel_scores(d: Dist, seed: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
     """(ids, log p + g): the perturbed scores whose argmax is the token chosen at pos."""
     ids, p = support(d)
@@ -328,7 +333,7 @@ class InvariantSampling:
             return d.token
         if isinstance(d, Probs) and d.ids.size <= SMALL:  # in Python numbers: the same scores, fewer calls
             key, ids, p = _key(self.seed, pos), d.ids.tolist(), d.p.tolist()
-            return ids[max(range(len(ids)), key=lambda i: math.log(p[i]) + _gumbel_one(key, ids[i]))]
+            return ids[max(range(len(ids)), key=lambda i: _log(p[i]) + _gumbel_one(key, ids[i]))]
         ids, scores = gumbel_scores(d, self.seed, pos)
         return int(ids[np.argmax(scores)])
 
