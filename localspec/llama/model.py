@@ -247,6 +247,7 @@ class Model:
         llm = getattr(self, "llm", None)
         if llm is not None:
             llm.close()
+        self._views = {}  # views of a buffer freed with the context
 
     def __del__(self) -> None:
         batch = getattr(self, "_batch", None)
