@@ -1,7 +1,8 @@
 """Fuzzing `localspec serve` with schemathesis from its own OpenAPI schema: every endpoint, a bounded number
 of generated requests (valid and invalid), against a real server on a free local port.
 
-Every response must be a success or an OpenAI-shaped 4xx, never a 5xx, and the server must stay healthy.
+Every response must be a success or a 4xx in the API's error shape (OpenAI's; Anthropic's on /v1/messages), never
+a 5xx, and the server must stay healthy.
 `LOCALSPEC_FUZZ_EXAMPLES` raises the count (the CI run keeps it small: a valid request generates text).
 """
 
@@ -37,15 +38,21 @@ def api_schema(fuzzed: Server) -> schemathesis.BaseSchema:
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
-def _check(response: schemathesis.Response) -> None:
-    """Never a 5xx; a refusal is {"error": {"message", "type", "param", "code"}} with a message."""
+def _check(response: schemathesis.Response, path: str) -> None:
+    """Never a 5xx; a refusal is {"error": {"message", "type", "param", "code"}} with a message, or on Anthropic's
+    paths {"type": "error", "error": {"type", "message"}}."""
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
-        error = response.json()["error"]
+        body = response.json()
+        if path.startswith("/v1/messages"):
+            assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, response.text
+            assert body["error"]["message"], response.text
+            return
+        error = body["error"]
         assert set(error) == {"message", "type", "param", "code"} and error["message"], response.text
 
 
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_no_request_gets_a_server_error(case: schemathesis.Case, fuzzed: Server) -> None:
-    _check(case.call(base_url=fuzzed.url, timeout=120))
+    _check(case.call(base_url=fuzzed.url, timeout=120), case.path)
