@@ -135,6 +135,13 @@ def test_errors_in_anthropics_shape(served: Served) -> None:
     )
     assert bearer.status_code == 200 and bearer.json()["content"][0]["text"] == "word "
     assert httpx.get(f"{served.url}/api/hello").status_code == 200
+    tool = {"name": "f", "input_schema": {"type": "objectx"}}
+    schema = httpx.post(
+        f"{served.url}/v1/messages",
+        headers={"x-api-key": KEY},
+        json={"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], "tools": [tool]},
+    )
+    assert schema.status_code == 400 and "tools.0.input_schema" in schema.json()["error"]["message"], schema.text
 
 
 def test_the_stop_string_found_is_named() -> None:

@@ -10,14 +10,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from localspec.api import TokenLogprob
+from localspec.api import TokenLogprob, ToolCall, json_schema_grammar
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.schemas import (
     MAX_MESSAGES,
     MAX_STOP_LENGTH,
     MAX_TOOLS,
     Common,
-    FunctionDef,
     check_named_tool,
 )
 from localspec.frontends.server.service import Service
@@ -96,12 +95,19 @@ class AnthropicTool(BaseModel):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
 
+    @field_validator("input_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            json_schema_grammar(v, lenient=True)  # once, as OpenAI's tools are: a GrammarError names what is wrong
+        return v
+
     def function(self) -> dict[str, Any] | None:
         """As an OpenAI function tool (None: a server tool)."""
         if self.type not in (None, "custom") or self.input_schema is None:
             return None
-        fn = FunctionDef(name=self.name, description=self.description, parameters=self.input_schema)
-        return {"type": "function", "function": fn.model_dump(exclude_none=True)}
+        fn = {"name": self.name, "description": self.description, "parameters": self.input_schema}
+        return {"type": "function", "function": {k: v for k, v in fn.items() if v is not None}}
 
 
 class ToolChoice(BaseModel):
@@ -189,9 +195,7 @@ class MessagesRequest(Common):
                     text.append(block.text)
                 elif isinstance(block, ToolUseBlock):
                     arguments = json.dumps(block.input, ensure_ascii=False)
-                    calls.append(
-                        {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
-                    )
+                    calls.append(ToolCall(block.name, arguments, block.id).openai())
                 elif isinstance(block, ToolResultBlock):
                     if text:  # text before a result stays before it
                         out.append({"role": message.role, "content": "".join(text)})

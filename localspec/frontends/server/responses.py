@@ -471,10 +471,7 @@ class ResponsesShape:
             answer: dict[str, Any] = {"role": "assistant", "content": served.text}
             if served.tool_calls:
                 calls = served.tool_calls[:1] if not self.request.parallel_tool_calls else served.tool_calls
-                answer["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in calls
-                ]
+                answer["tool_calls"] = [c.openai() for c in calls]
             self.keep(response, answer)
         return response
 
