@@ -13,6 +13,7 @@ The CLI, the chat REPL and the bench are built on it.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Generator, Sequence
@@ -35,12 +36,15 @@ from localspec.drafting.prediction import PredictionDrafter
 from localspec.errors import Unsupported
 from localspec.llama.grammar import grammar_tokenizer
 from localspec.llama.model import ContextFull, Model
+from localspec.llama.prompts import HOLD_SECONDS
 from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
 from localspec.models.catalog import catalog, default_pair
 from localspec.settings import checked, default
 
 __all__ = [
     "ANY_JSON_OBJECT",
+    "HOLD_SECONDS",
+    "MAX_LOGPROBS",
     "ContextFull",
     "Generation",
     "LocalSpec",
@@ -149,6 +153,8 @@ class Options:
     enforce a valid call). `logprobs` asks for each token's log-probability with that many alternatives (0-20).
     `suffix` makes a fill-in-the-middle completion of a string prompt. `max_draft` caps the tokens any round
     drafts (0: the target alone; None: as loaded). `raw` takes a string prompt as it is (no chat template).
+    `cache_key` names the conversation (a client's session, say): the prompt cache holds the newest state it used or
+    made from eviction by other traffic until the key goes unused for `cache_hold` seconds.
     """
 
     max_tokens: int | None = None
@@ -169,6 +175,8 @@ class Options:
     logprobs: int | None = None
     suffix: str | None = None
     max_draft: int | None = None
+    cache_key: str | None = None
+    cache_hold: float = HOLD_SECONDS
 
     def __post_init__(self) -> None:  # the sampler's overrides are checked where they meet the session's sampler
         for name in ("max_tokens", "seed"):
@@ -180,6 +188,11 @@ class Options:
             if isinstance(self.max_draft, bool) or not isinstance(self.max_draft, int):
                 raise ValueError(f"max_draft: a whole number of tokens, not {self.max_draft!r}")
             checked("max_draft", self.max_draft, "k")
+        if self.cache_key is not None and not isinstance(self.cache_key, str):
+            raise ValueError(f"cache_key: a string, not {self.cache_key!r}")
+        hold = self.cache_hold
+        if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 < hold < math.inf:
+            raise ValueError(f"cache_hold: a number of seconds above 0, not {hold!r}")
 
 
 @dataclass(frozen=True)
@@ -299,6 +312,8 @@ class LocalSpec:
             o.logprobs,
             fill=o.suffix is not None or _fills(target, tokens),
             max_draft=o.max_draft,
+            cache_key=o.cache_key,
+            cache_hold=float(o.cache_hold),
         )
         return Prepared(request, tuple(t["function"]["name"] for t in calls), len(predicted))
 

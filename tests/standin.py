@@ -31,9 +31,9 @@ from stall_check import free_port
 class Run:
     """What a Generation iterates: `tokens` pieces of text, `pace` seconds each."""
 
-    def __init__(self, request: Request, piece: str, pace: float) -> None:
+    def __init__(self, request: Request, piece: str, pace: float, cache_miss: str | None = None) -> None:
         self.request, self.piece, self.pace = request, piece, pace
-        self.stats, self.tokens, self.logprobs, self.started = Stats(), list[int](), None, False
+        self.stats, self.tokens, self.logprobs, self.started = Stats(cache_miss=cache_miss), list[int](), None, False
 
     def __iter__(self) -> Iterator[Piece]:
         self.started = True
@@ -52,9 +52,10 @@ class Engine:
     def __init__(self, piece: str, pace: float) -> None:
         self.piece, self.pace = piece, pace
         self.drafters: list[Any] = []  # as the real engine's, where nothing drafts
+        self.cache_miss: str | None = None  # what the prompt cache says of every prompt
 
     def generate(self, request: Request) -> Run:
-        return Run(request, self.piece, self.pace)
+        return Run(request, self.piece, self.pace, self.cache_miss)
 
 
 class StandIn:
@@ -65,6 +66,7 @@ class StandIn:
         self.n_ctx = n_ctx
         self._engine = Engine(piece, pace)
         self.prepared = self.tokenized = 0  # requests made ready, and texts tokenized (prompts, predictions)
+        self.options: Options | None = None  # the last request's
 
     def tokenize(self, text: str) -> list[int]:
         self.tokenized += 1
@@ -81,6 +83,7 @@ class StandIn:
 
     def prepare(self, prompt: Any, options: Options) -> Prepared:
         self.prepared += 1  # what a request costs here: one tokenization, one check of the context
+        self.options = options
         tools = options.tools if options.tool_choice != "none" else None
         tokens = self.tokens(prompt, tools=tools)
         if len(tokens) >= self.n_ctx:

@@ -119,3 +119,75 @@ def test_a_failed_write_is_one_line_and_memory_goes_on(tmp_path: Path) -> None:
     _put(cache, [3, 4], b"y")
     assert _get(cache, [1, 2]) == (2, b"x")
     assert len(notes) == 1 and "memory only" in notes[0]
+
+
+def _text(tokens: object) -> str:
+    return " ".join(str(int(t)) for t in tokens)  # type: ignore[attr-defined]
+
+
+def test_a_live_cache_key_holds_its_entry_against_other_traffic() -> None:
+    cache, _ = _cache(None, ram=10)
+    cache.use("codex-1")
+    _put(cache, [1, 1], b"aaaa")
+    cache.use(None)  # other conversations, no key
+    for t in (2, 3, 4):
+        _put(cache, [t, t], b"bbbb")
+    assert _get(cache, [1, 1, 5]) == (2, b"aaaa")  # least recently used of all, and kept
+    assert cache.missed([2, 2, 9], 0, [], _text) == "an entry sharing 2 tokens was evicted by the cache's budget " + (
+        "(--cache-ram, --cache-disk)"
+    )
+    cache.use("codex-1")
+    _put(cache, [1, 1, 5, 6], b"aaaa")  # the conversation goes on: its newer state is held in its place
+    cache.use(None)
+    _put(cache, [7, 7], b"cccc")
+    _put(cache, [8, 8], b"dddd")
+    assert _get(cache, [1, 1, 5, 6, 9]) == (4, b"aaaa")
+
+
+def test_a_key_unused_past_its_hold_is_evicted_like_any_entry() -> None:
+    cache, _ = _cache(None, ram=10)
+    cache.use("codex-1", seconds=1e-9)  # over by the next call
+    _put(cache, [1, 1], b"aaaa")
+    cache.use(None)
+    _put(cache, [2, 2], b"bbbb")
+    _put(cache, [3, 3], b"cccc")
+    assert cache.best([1, 1])[0] == 0 and not cache.holds
+
+
+def test_held_entries_that_fill_the_budget_give_way_oldest_first() -> None:
+    cache, _ = _cache(None, ram=10)
+    for key, t in (("a", 1), ("b", 2), ("c", 3)):
+        cache.use(key)
+        _put(cache, [t, t], b"xxxx")
+    assert sorted(int(e.tokens[0]) for e in cache.memory.values()) == [2, 3]
+    cache.use("a")
+    assert cache.missed([1, 1, 4], 0, [], _text) == (
+        "its key's entry (2 tokens) was evicted: the budget is all held by other live keys"
+    )
+
+
+def test_the_disk_tier_keeps_held_files_past_older_ones(tmp_path: Path) -> None:
+    cache, _ = _cache(tmp_path, ram=0, disk=1000)
+    cache.use("session")
+    _put(cache, [1], b"a" * 300)
+    held = next(tmp_path.glob("*/*.kv"))
+    os.utime(held, (1, 1))  # the least recently used file
+    cache.use(None)
+    for t in (2, 3, 4):
+        _put(cache, [t], b"b" * 300)
+    assert held.exists() and folder_usage(tmp_path)[1] <= 1000
+
+
+def test_a_miss_says_where_the_prompt_parts_from_what_was_cached() -> None:
+    cache, _ = _cache(None)
+    assert cache.missed([1, 2, 3], 0, [], _text) == "no entry shares its start"
+    _put(cache, [1, 2, 3, 4, 5, 6], b"state")
+    why = cache.missed([1, 2, 3, 9, 9], 3, [], _text)
+    assert why == "it parts from the nearest entry at token 3: '1 2 3 9 9' where the cache had '1 2 3 4 5 6'"
+    assert cache.missed([1, 2, 3, 4, 5, 6, 7, 8], 6, [], _text) is None  # it extends all of it: a hit
+    assert "at token 2" in str(cache.missed([1, 2, 8], 2, [1, 2, 7, 7], _text))  # the model's live cache too
+    cache.use("claude")
+    _put(cache, [1, 2, 3, 4, 5, 6], b"state")
+    assert cache.missed([1, 7, 3, 4, 5, 6, 7], 1, [], _text) == (
+        "it parts from its key's last entry at token 1: '1 7 3 4 5 6 7' where the cache had '1 2 3 4 5 6'"
+    )

@@ -81,3 +81,28 @@ def test_an_answer_asked_for_again_is_drafted_from_the_first(target_path: Path) 
     assert recalled >= 0.5 * run.stats.completion_tokens, run.stats  # drafting happened: from the first answer
     tokens = spec.tokens(QUESTION)
     assert_same_tokens(spec.engine.target, tokens, spec.tokenize(got), spec.tokenize(want))
+
+
+def _chat(spec: LocalSpec, system: str, turns: list[str], answers: list[str], key: str | None) -> tuple[str, Stats]:
+    messages: list[Message] = [{"role": "system", "content": system}]
+    for turn, answer in zip(turns, answers, strict=False):
+        messages += [{"role": "user", "content": turn}, {"role": "assistant", "content": answer}]
+    run = spec.generate([*messages, {"role": "user", "content": turns[len(answers)]}], max_tokens=4, cache_key=key)
+    return run.result(), run.stats
+
+
+def test_a_cache_key_keeps_its_conversation_through_other_traffic_and_a_miss_says_why(target_path: Path) -> None:
+    rules = " ".join(RULES.split(". ")[:12])  # about 170 tokens a conversation: a state of about 5 MB
+    turns = [QUESTION, "Now add type hints and a docstring."]
+    resumed: dict[str | None, Stats] = {}
+    for key in ("session-1", None):
+        # a memory budget of one conversation's state, no disk tier
+        spec = LocalSpec.load(str(target_path), no_draft=True, ctx=1024, cache_ram=7, cache_disk=0, temperature=0)
+        first, _ = _chat(spec, rules, turns, [], key)
+        for i in range(2):  # other conversations, with no key: their system prompts share nothing with `rules`
+            _chat(spec, f"{i}. You write short poems, {rules}", ["A haiku."], [], None)
+        _, resumed[key] = _chat(spec, rules, turns, [first], key)
+    held, evicted = resumed["session-1"], resumed[None]
+    assert held.cached_tokens >= 0.8 * held.prompt_tokens and held.cache_miss is None, held
+    assert evicted.cached_tokens < 0.2 * evicted.prompt_tokens, evicted  # the same traffic without a key
+    assert evicted.cache_miss is not None and "evicted by the cache's budget" in evicted.cache_miss, evicted

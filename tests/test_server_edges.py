@@ -7,7 +7,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -152,3 +154,35 @@ def test_a_request_is_prepared_and_tokenized_once(served: Served, path: str, bod
     before = spec.prepared, spec.tokenized
     assert _post(served, path, body).status_code == 200
     assert (spec.prepared, spec.tokenized) == (before[0] + 1, before[1] + texts)
+
+
+def test_cache_keys_reach_the_prompt_cache_as_each_api_names_them() -> None:
+    """OpenAI's prompt_cache_key (chat and Responses; a day's hold with prompt_cache_retention "24h"), and Anthropic's
+    cache_control breakpoints under the client's user id (the longest ttl's hold); none: no key."""
+    with serving(StandIn()) as served:
+        _cache_keys(served)
+
+
+def _cache_keys(served: Served) -> None:
+    openai_client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="none")
+    spec, hi = served.spec, [{"role": "user", "content": "hi"}]
+    openai_client.chat.completions.create(model="standin", messages=hi, max_tokens=2, prompt_cache_key="conv-1")  # type: ignore[arg-type]
+    assert spec.options is not None and (spec.options.cache_key, spec.options.cache_hold) == ("openai:conv-1", 600)
+    openai_client.responses.create(
+        model="standin", input="hi", max_output_tokens=16, prompt_cache_key="conv-2", prompt_cache_retention="24h"
+    )
+    assert (spec.options.cache_key, spec.options.cache_hold) == ("openai:conv-2", 86400)
+    openai_client.chat.completions.create(model="standin", messages=hi, max_tokens=2)  # type: ignore[arg-type]
+    assert spec.options.cache_key is None
+    claude = anthropic.Anthropic(base_url=served.url, api_key="none")
+    system = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    hello = [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]
+    claude.messages.create(model="m", max_tokens=2, system=system, messages=hello, metadata={"user_id": "u1"})  # type: ignore[call-overload]
+    assert (spec.options.cache_key, spec.options.cache_hold) == ("anthropic:u1", 3600)
+    spec._engine.cache_miss = "no entry shares its start"
+    claude.messages.create(model="m", max_tokens=2, messages=hi)  # type: ignore[arg-type]
+    assert spec.options.cache_key is None
+    assert served.log[-1].endswith("length; the prompt cache missed: no entry shares its start"), served.log[-1]
+    bad = {"model": "m", "max_tokens": 2, "messages": hi, "cache_control": {"type": "forever"}}
+    refused = httpx.post(f"{served.url}/v1/messages", json=bad)
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"

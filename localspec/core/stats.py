@@ -49,6 +49,7 @@ class Stats:
     total_seconds: float | None = None
     finish_reason: str = "length"
     stop_sequence: str | None = None  # the stop string the answer ended at (None: it ended otherwise)
+    cache_miss: str | None = None  # why the prompt reused less than the caches held (None: it reused all it could)
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -26,6 +26,7 @@ from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull, Model
+from localspec.llama.prompts import HOLD_SECONDS
 
 
 @dataclass
@@ -46,7 +47,9 @@ class Request:
     `drafters` join the engine's own for this generation only (a prediction of the output, say); `grammar`
     constrains the output (a fresh Constraint, at the grammar's start); `top_logprobs` asks for each token's
     log-probability with so many alternatives (None: none); `fill` says the prompt is a fill-in-the-middle's;
-    `max_draft` caps the tokens any round drafts (0: none). The same seed gives the same text whatever drafts.
+    `max_draft` caps the tokens any round drafts (0: none); `cache_key` names the conversation whose newest cached
+    state the prompt cache holds for `cache_hold` seconds after its last use. The same seed gives the same text
+    whatever drafts.
     """
 
     prompt: tuple[int, ...]
@@ -59,6 +62,8 @@ class Request:
     top_logprobs: int | None = None
     fill: bool = False
     max_draft: int | None = None
+    cache_key: str | None = None
+    cache_hold: float = HOLD_SECONDS
 
 
 class Engine:
@@ -162,9 +167,11 @@ class Run:
 
     def _prefill(self, prompt: list[int]) -> None:
         self.engine.check_prompt(prompt)
-        st, t0, decoded = self.stats, time.perf_counter(), self.target.n_decoded
-        self._pending = self.target.sync(prompt, 1, prompt=True).copy()  # the first new token's, as plain decoding has
-        st.prefill_tokens = self.target.n_decoded - decoded
+        st, t0, decoded, target = self.stats, time.perf_counter(), self.target.n_decoded, self.target
+        if target.prompts is not None:
+            target.prompts.use(self.request.cache_key, self.request.cache_hold)
+        self._pending = target.sync(prompt, 1, prompt=True).copy()  # the first new token's, as plain decoding has
+        st.prefill_tokens, st.cache_miss = target.n_decoded - decoded, target.cache_miss
         st.prefill_seconds = time.perf_counter() - t0
         if self.engine.cost is not None and st.prefill_tokens > 1:  # what a batch saves, in the first answer too
             self.engine.cost.observe_prefill(st.prefill_tokens, st.prefill_seconds)

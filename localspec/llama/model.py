@@ -12,7 +12,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,6 +215,7 @@ class Model:
         self._pieces: dict[int, bytes] = {}  # each token's bytes, as they are first asked for
         self._eog: dict[int, bool] = {}  # whether a token ends a generation, as it is first asked
         self.prompts: PromptCache | None = None  # states kept by prefix (llama.prompts), when given
+        self.cache_miss: str | None = None  # why the last prompt reused less than the caches held (PromptCache.missed)
         self._kept = 0  # how many of the tracked tokens the prompt cache holds a state for
         self._untracked = False  # whether the cache may hold positions past `tokens` (an interrupted decode's)
         self._views: dict[tuple[int, int], np.ndarray] = {}  # views of llama.cpp's logits buffer, by address and rows
@@ -282,6 +283,9 @@ class Model:
         raw = llama_cpp.llama_vocab_get_text(self._vocab, token)
         return raw.decode("utf-8", "replace") if raw else ""
 
+    def _text(self, tokens: Iterable[int]) -> str:
+        return b"".join(self.piece(int(t)) for t in tokens).decode(errors="replace")
+
     def is_eog(self, token: int) -> bool:
         """End-of-generation token (EOS, EOT, <|im_end|> …)."""
         eog = self._eog.get(token)
@@ -333,11 +337,16 @@ class Model:
             raise ContextFull(
                 f"{len(tokens)} tokens do not fit the context of {self.n_ctx} ({len(tokens) - self.n_ctx} too many)"
             )
-        keep = len(self.tokens)
+        keep, live = len(self.tokens), self.tokens
         if tokens[:keep] != self.tokens:  # not an extension of the cache (which a round's is): the common prefix
             keep = next((i for i, (a, b) in enumerate(zip(self.tokens, tokens, strict=False)) if a != b), len(tokens))
         if self.prompts is not None and len(tokens) - n_logits - keep >= MIN_RESTORED:  # a prefill, not a round
+            live = list(live)  # as it was: the restore may replace it
             keep = self._restore(tokens, keep)
+            if prompt:
+                self.cache_miss = self.prompts.missed(tokens, keep, live, self._text)
+        elif prompt:
+            self.cache_miss = None
         keep = min(keep, len(tokens) - n_logits)
         if prompt:
             keep = max(0, min(keep, len(tokens) - PREFILL_TILE)) // PREFILL_TILE * PREFILL_TILE
@@ -351,7 +360,7 @@ class Model:
         shared, entry = self.prompts.best(tokens)
         if entry is None or shared < keep + MIN_RESTORED:
             return keep
-        self.remember()  # the live state, before it is replaced
+        self.remember(hold=False)  # the live state, before it is replaced (an earlier conversation's)
         data = self.prompts.load(entry)
         if data is None:
             return keep
@@ -365,15 +374,16 @@ class Model:
         self._kept = len(self.tokens)
         return shared
 
-    def remember(self) -> None:
-        """Keep the cache's state in the prompt cache (where it holds MIN_KEPT tokens it does not have yet)."""
+    def remember(self, *, hold: bool = True) -> None:
+        """Keep the cache's state in the prompt cache (where it holds MIN_KEPT tokens it does not have yet), held
+        for the cache key the generations are under unless `hold` is False."""
         if self.prompts is None or len(self.tokens) < MIN_KEPT or self._kept == len(self.tokens):
             return
         self.trim(len(self.tokens))  # anything past the tracked tokens (an interrupted decode's) is not kept
         size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
         buffer = (ctypes.c_ubyte * size)()
         if llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, 0) == size:
-            self.prompts.put(self.tokens, bytes(buffer))
+            self.prompts.put(self.tokens, bytes(buffer), hold=hold)
             self._kept = len(self.tokens)
 
     def _logits(self, rows: int) -> np.ndarray:

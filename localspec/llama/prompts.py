@@ -10,6 +10,12 @@ its length and CRC-32 when read, and its header repeats the key: a damaged, part
 and its prompt prefilled, never trusted. Several processes may share the folder: each sees the others' entries
 as they appear. A failure to read or write the disk (full, read-only) is one line on `warn`, once, and the
 answer is the same.
+
+A cache key (a client's name for a conversation: OpenAI's `prompt_cache_key`, an Anthropic session marking
+`cache_control`) holds the newest entry its generations used or made: other traffic does not evict it while the key
+was used in the last `seconds` it asked for (only where held entries alone fill a budget does the oldest go). And
+where a prompt reuses less than the cache could have given, `missed` says why: its key's entry evicted, or the
+prompt parting from the nearest entry (the text where they part: a template, the tools or instructions changed).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import struct
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +42,8 @@ MAGIC = b"localspec-kv\x01\n"
 SUFFIX = ".kv"
 MiB = 2**20
 STALE_SECONDS = 3600  # a temporary file this old was left by a process that ended mid-write
+HOLD_SECONDS = 600.0  # how long an unused cache key holds its entry (OpenAI keeps a prefix 5-10 minutes)
+GONE = 32  # entries the budgets removed, remembered (by their tokens) to say why a later prompt missed
 _WRITERS: set[threading.Thread] = set()  # every cache's writes in progress (flush_all)
 
 
@@ -46,6 +55,15 @@ class Entry:
     size: int
     data: bytes | None = None
     path: Path | None = None
+
+
+@dataclass
+class Hold:
+    """A cache key's newest entry (by name, with its tokens), kept from eviction until `until` (time.monotonic)."""
+
+    name: bytes
+    tokens: np.ndarray
+    until: float
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -82,6 +100,58 @@ class PromptCache:
         self._warned: set[str] = set()
         self._writing = threading.Lock()
         self._writers: list[threading.Thread] = []
+        self.holds: dict[str, Hold] = {}  # by cache key
+        self.holder: tuple[str, float] | None = None  # the key the generations now are under, and for how long
+        self.gone: deque[np.ndarray] = deque(maxlen=GONE)  # the tokens of entries the budgets removed
+
+    # ---- cache keys -------------------------------------------------------------------------------
+    def use(self, key: str | None, seconds: float = HOLD_SECONDS) -> None:
+        """The generations to come are under `key` (None: none): the newest entry they use or make is held
+        from eviction until the key goes unused for `seconds`."""
+        now = time.monotonic()
+        for name in [k for k, hold in self.holds.items() if hold.until < now]:
+            del self.holds[name]
+        self.holder = None if key is None else (key, seconds)
+        if key is not None and key in self.holds:
+            self.holds[key].until = max(self.holds[key].until, now + seconds)
+
+    def _hold(self, entry: Entry) -> None:
+        """`entry` is the newest of the key the generations are under."""
+        if self.holder is not None:
+            key, seconds = self.holder
+            until = max(time.monotonic() + seconds, self.holds[key].until if key in self.holds else 0.0)
+            self.holds[key] = Hold(_name(entry.tokens), entry.tokens, until)
+
+    def _held(self) -> set[bytes]:
+        """The names of the entries live keys hold."""
+        now = time.monotonic()
+        return {hold.name for hold in list(self.holds.values()) if hold.until >= now}
+
+    def missed(
+        self, tokens: Sequence[int], reused: int, live: Sequence[int], text: Callable[[np.ndarray], str]
+    ) -> str | None:
+        """Why a prompt reused only `reused` of its tokens where its key's entry, the cache or the `live` tokens
+        (the model's cache before it) could have given more (None: nothing shared more, or the prompt extends all
+        of what it reused). `text` writes tokens as text, to show where the prompt parts from what was cached."""
+        want = np.asarray(tokens, np.int32)
+        hold = self.holds.get(self.holder[0]) if self.holder is not None else None
+        if hold is not None:
+            n = common_prefix(hold.tokens, want)
+            if n == len(hold.tokens) and n > reused:
+                return f"its key's entry ({n} tokens) was evicted: the budget is all held by other live keys"
+            if n < len(hold.tokens) and n < len(want):
+                return f"it parts from its key's last entry at token {n}: {_parting(want, hold.tokens, n, text)}"
+        shared, entry = self.best(tokens)
+        nearest = entry.tokens if entry is not None else np.empty(0, np.int32)
+        if (n := common_prefix(np.asarray(live, np.int32), want)) > shared:
+            shared, nearest = n, np.asarray(live, np.int32)
+        if (gone := max((common_prefix(g, want) for g in self.gone), default=0)) > max(shared, reused):
+            return f"an entry sharing {gone} tokens was evicted by the cache's budget (--cache-ram, --cache-disk)"
+        if not shared:
+            return "no entry shares its start"
+        if shared < len(nearest) and shared < len(want):
+            return f"it parts from the nearest entry at token {shared}: {_parting(want, nearest, shared, text)}"
+        return None
 
     # ---- finding ----------------------------------------------------------------------------------
     def best(self, tokens: Sequence[int]) -> tuple[int, Entry | None]:
@@ -98,6 +168,7 @@ class PromptCache:
         """The entry's state bytes (read and checked where only on disk; None, the file removed, where damaged)."""
         if entry.data is not None:
             self.memory[_name(entry.tokens)] = self.memory.pop(_name(entry.tokens), entry)  # most recently used
+            self._hold(entry)
             return entry.data
         assert entry.path is not None
         data = self._read(entry.path)
@@ -107,12 +178,16 @@ class PromptCache:
         with contextlib.suppress(OSError):
             os.utime(entry.path)  # the disk tier's recency is the files' mtime
         self._remember(Entry(entry.tokens, entry.size, data, entry.path))
+        self._hold(entry)
         return data
 
     # ---- keeping ----------------------------------------------------------------------------------
-    def put(self, tokens: Sequence[int], data: bytes) -> None:
-        """Keep the state after `tokens`, in memory and (written in the background) on disk."""
+    def put(self, tokens: Sequence[int], data: bytes, *, hold: bool = True) -> None:
+        """Keep the state after `tokens`, in memory and (written in the background) on disk; held for the key the
+        generations are under unless `hold` is False (a state left from before it)."""
         entry = Entry(np.asarray(tokens, np.int32), len(data), data)
+        if hold:
+            self._hold(entry)
         self._remember(entry)
         if self.folder is not None and self.disk and "write" not in self._warned and entry.size <= self.disk:
             writer = threading.Thread(target=self._write, args=(entry,), name="localspec-prompt-cache")
@@ -128,18 +203,25 @@ class PromptCache:
         self._writers = []
 
     def _remember(self, entry: Entry) -> None:
-        """Into the memory tier: entries this one extends go (it holds their states too), then the least
-        recently used while over the budget."""
+        """Into the memory tier: entries this one extends go (it holds their states too, and their keys' holds),
+        then the least recently used not held while over the budget (the least recently used held one where
+        held ones fill it)."""
         if not self.ram or entry.size > self.ram:
             return
-        for name, other in list(self.memory.items()):
-            if len(other.tokens) <= len(entry.tokens) and common_prefix(other.tokens, entry.tokens) == len(
-                other.tokens
-            ):
-                del self.memory[name]
-        self.memory[_name(entry.tokens)] = entry
+        name = _name(entry.tokens)
+        for other_name, other in list(self.memory.items()):
+            if _extends(entry.tokens, other.tokens):
+                del self.memory[other_name]
+                for hold in self.holds.values():
+                    if hold.name == other_name:
+                        hold.name, hold.tokens = name, entry.tokens
+        self.memory[name] = entry
+        held = self._held()
         while sum(e.size for e in self.memory.values()) > self.ram:
-            del self.memory[next(iter(self.memory))]
+            out = next((n for n in self.memory if n not in held), next(iter(self.memory)))
+            gone = self.memory.pop(out)
+            if self.folder is None or not self.disk:  # else its file keeps it
+                self.gone.append(gone.tokens)
 
     # ---- the disk tier ----------------------------------------------------------------------------
     def _disk_entries(self) -> list[Entry]:
@@ -223,10 +305,13 @@ class PromptCache:
                 elif path.name.startswith(".") and st.st_mtime < time.time() - STALE_SECONDS:
                     path.unlink()  # a write a process never finished
         total = sum(size for _, size, _ in files)
-        for _, size, path in sorted(files):
+        held = {self.folder / (name.hex() + SUFFIX) for name in self._held()} if self.folder else set()
+        for _, size, path in sorted(files, key=lambda f: (f[2] in held, f[0])):  # held files last
             if total <= self.disk:
                 break
             if path != new.path:
+                if (gone := self.files.get(path)) is not None:
+                    self.gone.append(gone.tokens)
                 self._drop(path)
                 total -= size
 
@@ -246,6 +331,16 @@ class PromptCache:
 def _extends(tokens: np.ndarray, other: np.ndarray) -> bool:
     """Whether `tokens` begin with all of `other`."""
     return len(other) <= len(tokens) and common_prefix(other, tokens) == len(other)
+
+
+def _parting(want: np.ndarray, cached: np.ndarray, at: int, text: Callable[[np.ndarray], str]) -> str:
+    """Where a prompt parts from a cached entry, as text: a few tokens of each from there."""
+    start = max(at - 4, 0)
+    return f"{_excerpt(text(want[start : at + 8]))} where the cache had {_excerpt(text(cached[start : at + 8]))}"
+
+
+def _excerpt(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:59] + "…")
 
 
 def _name(tokens: np.ndarray) -> bytes:

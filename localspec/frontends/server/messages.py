@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from localspec.api import TokenLogprob, ToolCall, json_schema_grammar
 from localspec.frontends.server.errors import ApiError
 from localspec.frontends.server.schemas import (
+    MAX_CACHE_KEY,
     MAX_MESSAGES,
     MAX_STOP_LENGTH,
     MAX_TOOLS,
@@ -30,8 +31,27 @@ MAX_STOP_SEQUENCES = 16
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_turn"}
 
 
-class TextBlock(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # cache_control, citations
+class CacheControl(BaseModel):
+    """A cache breakpoint: the prefix up to here should stay cached for `ttl`."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] = "5m"
+
+    @property
+    def seconds(self) -> float:
+        return 3600.0 if self.ttl == "1h" else 300.0
+
+
+class Cached(BaseModel):
+    """What may carry a cache breakpoint."""
+
+    model_config = ConfigDict(extra="ignore")
+    cache_control: CacheControl | None = None
+
+
+class TextBlock(Cached):
+    model_config = ConfigDict(extra="ignore")  # citations
     type: Literal["text"]
     text: str
 
@@ -50,7 +70,7 @@ class ThinkingBlock(BaseModel):
     type: Literal["thinking", "redacted_thinking"]
 
 
-class ToolUseBlock(BaseModel):
+class ToolUseBlock(Cached):
     model_config = ConfigDict(extra="ignore")
     type: Literal["tool_use"]
     id: str
@@ -58,7 +78,7 @@ class ToolUseBlock(BaseModel):
     input: dict[str, Any]
 
 
-class ToolResultBlock(BaseModel):
+class ToolResultBlock(Cached):
     model_config = ConfigDict(extra="ignore")
     type: Literal["tool_result"]
     tool_use_id: str
@@ -85,7 +105,7 @@ class Message(BaseModel):
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else list(self.content)
 
 
-class AnthropicTool(BaseModel):
+class AnthropicTool(Cached):
     """A tool the client runs (`custom`); Anthropic's own server tools (web search, code execution) name a
     versioned type and have no schema: localspec cannot run them, and leaves them out."""
 
@@ -121,9 +141,14 @@ class ToolChoice(BaseModel):
         return {"any": "required"}.get(self.type, self.type)
 
 
+class Metadata(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    user_id: Annotated[str | None, Field(max_length=MAX_CACHE_KEY)] = None
+
+
 class MessagesRequest(Common):
-    """Anthropic's Messages request. `thinking`, `metadata`, `context_management`, `output_config`, `cache_control`
-    blocks and the betas are accepted and have no effect (the prompt cache keeps every prefix anyway)."""
+    """Anthropic's Messages request. `thinking`, `context_management`, `output_config` and the betas are accepted
+    and have no effect; `cache_control` breakpoints hold the conversation's cached prefix (see `cache`)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
     ANY_MODEL: ClassVar[bool] = True  # Claude Code asks for its own model names: the one served answers
@@ -134,6 +159,8 @@ class MessagesRequest(Common):
     stop_sequences: list[str] | None = None
     tools: Annotated[list[AnthropicTool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoice | None = None
+    metadata: Metadata | None = None
+    cache_control: CacheControl | None = None
 
     @field_validator("stop_sequences")
     @classmethod
@@ -159,6 +186,21 @@ class MessagesRequest(Common):
         choice = self.tool_choice.openai() if self.tool_choice else "auto"
         functions = self._functions()
         return {"tools": functions if functions and choice != "none" else None, "tool_choice": choice}
+
+    def cache(self) -> dict[str, Any]:
+        """Options' cache key and hold where a cache breakpoint is set (on the request, the system, a tool or a
+        message's block): the conversation's newest entry, keyed by the client's user id (Claude Code's names its
+        session), is held from eviction until the key goes unused for the longest breakpoint's ttl."""
+        system = self.system if isinstance(self.system, list) else []
+        blocks = [b for m in self.messages for b in m.blocks()]
+        marks = [self.cache_control] + [
+            m.cache_control for m in [*system, *(self.tools or []), *blocks] if isinstance(m, Cached)
+        ]
+        ttls = [mark.seconds for mark in marks if mark is not None]
+        if not ttls:
+            return {}
+        user = self.metadata.user_id if self.metadata is not None and self.metadata.user_id else ""
+        return {"cache_key": f"anthropic:{user}", "cache_hold": max(ttls)}
 
     def chat(self) -> list[dict[str, Any]]:
         """The conversation as the chat template reads it: the system text first (its billing header left out, the

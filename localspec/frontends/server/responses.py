@@ -224,11 +224,11 @@ class TextOptions(BaseModel):
 
 
 class ResponsesRequest(Common):
+    """A Responses API request. Accepted and not acted on: `reasoning`, `include`, `client_metadata`, `metadata`,
+    `truncation`, `user`, `service_tier`."""
+
     PROMPT_FIELD: ClassVar[str] = "input"
     LENGTH_FIELD: ClassVar[str] = "max_output_tokens"
-    """A Responses API request. Accepted and not acted on: `reasoning`, `include`, `prompt_cache_key` (the
-    target's cache keeps the longest common prefix anyway), `client_metadata`, `metadata`, `truncation`, `user`,
-    `service_tier`."""
 
     input: str | Annotated[list[Item], Field(min_length=1, max_length=MAX_MESSAGES)]
     instructions: str | None = None

@@ -7,13 +7,15 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from localspec.api import ANY_JSON_OBJECT, MAX_LOGPROBS, json_schema_grammar
+from localspec.api import ANY_JSON_OBJECT, HOLD_SECONDS, MAX_LOGPROBS, json_schema_grammar
 from localspec.frontends.server.errors import ApiError
 from localspec.settings import SETTINGS
 
 MAX_STOP_LENGTH = 256  # the stop matcher looks back this far at every token
 MAX_MESSAGES = 4096  # a conversation longer than any context holds; beyond it, a body is refused before templating
 MAX_TOOLS = 256
+MAX_CACHE_KEY = 1024
+DAY = 86400.0
 
 
 class TextPart(BaseModel):
@@ -153,6 +155,9 @@ class Common(BaseModel):
     prediction: Prediction | None = None  # OpenAI's Predicted Outputs (an extension beyond chat completions)
     # llama-server's per-request drafting cap: the most tokens a round drafts (0: the target alone)
     speculative_n_max: Annotated[int | None, Field(ge=0, le=64, alias="speculative.n_max")] = None
+    # OpenAI's name for a conversation (Codex sends its id), and how long its cached prefix should last
+    prompt_cache_key: Annotated[str | None, Field(max_length=MAX_CACHE_KEY)] = None
+    prompt_cache_retention: Literal["in_memory", "in-memory", "24h"] | None = None
 
     @field_validator("temperature", "top_p", "top_k", "min_p", "seed")
     @classmethod
@@ -167,8 +172,16 @@ class Common(BaseModel):
         return []
 
     def options(self) -> dict[str, Any]:
-        """LocalSpec.generate's arguments for what this request asks beyond sampling."""
+        """Options' fields for what this request asks beyond sampling."""
         return {}
+
+    def cache(self) -> dict[str, Any]:
+        """Options' cache key and hold: `prompt_cache_key`'s newest entry is held from eviction until the key goes
+        unused for ten minutes (a day with `prompt_cache_retention` "24h")."""
+        if self.prompt_cache_key is None:
+            return {}
+        hold = DAY if self.prompt_cache_retention == "24h" else HOLD_SECONDS
+        return {"cache_key": f"openai:{self.prompt_cache_key}", "cache_hold": hold}
 
 
 class RequestBase(Common):

@@ -125,6 +125,7 @@ class Service:
             f"localspec: {request.method} {request.url.path} 200 {st.prompt_tokens}+{st.completion_tokens} "
             f"tokens ({st.cached_tokens} cached), first token {served.first_token:.2f} s, {st.tokens_per_second or 0:.1f} tok/s, "
             f"{st.accepted}/{st.drafted} drafts accepted, {st.finish_reason}"
+            + (f"; the prompt cache missed: {st.cache_miss}" if st.cache_miss else "")
             + (f", prompt {prompt!r}" if self.log_prompts else "")
         )
         return served
@@ -145,6 +146,7 @@ class Service:
             prediction=prediction.text() if prediction else None,
             max_draft=req.speculative_n_max,
             **req.options(),
+            **req.cache(),
         )
 
         try:  # llama.cpp's tokenizer reads only the vocabulary: safe beside decoding
