@@ -156,29 +156,41 @@ def test_nothing_gives_a_500_and_every_refusal_is_openai_shaped(served: Served) 
     json.dumps(served.log)
 
 
+MESSAGE = b'{"role":"user","content":"a"}'
+
+
 @pytest.mark.parametrize("served", [(StandIn(), {})], indirect=True)
 @pytest.mark.parametrize(
-    ("path", "field", "tiny"),
+    ("path", "field", "tiny", "end"),
     [
-        ("/v1/chat/completions", "messages", b'{"role":"user","content":"a"},'),
+        ("/v1/chat/completions", "messages", MESSAGE + b",", MESSAGE + b"]"),
         (
             "/v1/responses",
             "input",
             b'{"type":"message","role":"user","content":"a"},{"type":"function_call_output","call_id":"c","output":"o"},',
+            MESSAGE + b"]",
         ),
+        ("/v1/responses", "input", b'{"type":"reasoning","summary":[]},', MESSAGE + b"]"),  # items left out
+        ("/v1/chat/completions", "messages", b'{"type":"text","text":"a"},', b'{"type":"text","text":"a"}]}]'),
+        ("/v1/completions", "prompt", b'"a",', b'"a"]'),
     ],
-    ids=["chat", "responses"],
+    ids=["chat", "responses", "reasoning", "text-parts", "prompt-list"],
 )
 def test_too_many_items_are_refused_before_the_body_is_parsed(
-    served: Served, path: str, field: str, tiny: bytes
+    served: Served, path: str, field: str, tiny: bytes, end: bytes
 ) -> None:
-    """A 15 MiB body of half a million tiny messages (chat) or input items (the Responses API: messages and
-    function-call outputs): refused as it arrives (400 naming the field), its items never parsed into objects: the
-    process's allocations stay within a few copies of the body."""
+    """A 15 MiB body of half a million tiny items of any kind (messages, input items, items the server leaves out,
+    one message's text parts, a prompt list): refused as it arrives (400 naming the field), never parsed into
+    objects: the process's allocations stay within a few copies of the body."""
     import tracemalloc
 
-    last = b'{"role":"user","content":"a"}]}'
-    body = b'{"model":"standin","' + field.encode() + b'":[' + tiny * (15 * 2**20 // len(tiny)) + last
+    start = (
+        b'{"model":"standin","'
+        + field.encode()
+        + b'":['
+        + (b'{"role":"user","content":[' if b'"text"' in tiny else b"")
+    )
+    body = start + tiny * (15 * 2**20 // len(tiny)) + end + b"}"
     tracemalloc.start()
     try:
         refused = httpx.post(
@@ -188,6 +200,7 @@ def test_too_many_items_are_refused_before_the_body_is_parsed(
     finally:
         tracemalloc.stop()
     assert refused.status_code == 400 and refused.json()["error"]["param"] == field, refused.text
+    assert refused.json()["error"]["code"] == "too_many", refused.text
     assert peak < 4 * len(body), f"{peak / 2**20:.0f} MiB at the peak for a {len(body) / 2**20:.0f} MiB body"
 
 

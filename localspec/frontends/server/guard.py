@@ -9,28 +9,48 @@ refused unless named with --cors. Ollama and Jupyter check both for the same rea
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from localspec.frontends.server.errors import ApiError, BodyRefused, send_error
-from localspec.frontends.server.schemas import MAX_MESSAGES, MAX_TOOLS
 from localspec.frontends.server.worker import Ticket
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 OPEN_PATHS = frozenset({"/", "/health", "/api/hello"})  # answered without the key
 # admitted only while the queue has room, before their bodies are read
 GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
-# A body with more of these keys than ITEMS holds more messages (chat: "role") or input items (the Responses API: a
-# message's "role", a call's or its output's "call_id") than the schema takes (a tool's or a schema's property of
-# that name included): refused as it arrives, before half a million tiny items are parsed into objects.
-COUNTED = {
-    "/v1/chat/completions": ("messages", (b'"role"',)),
-    "/v1/responses": ("input", (b'"role"', b'"call_id"')),
-    "/v1/messages": ("messages", (b'"role"',)),
-}
-ITEMS = MAX_MESSAGES + MAX_TOOLS + 64
+# A body holding more JSON values than this (objects, arrays and their members, as a parse makes Python objects of
+# them) is refused as it arrives: parsing and checking a value costs the event loop a microsecond or two, and every
+# parse holds the GIL, so half a million tiny items would stall every client for seconds. A request any context here
+# reads holds a few thousand (Claude Code's 12k tokens: about 4,000); a prompt field may hold at most MAX_MESSAGES.
+MAX_VALUES = 2**16
+PROMPT_FIELDS = {"/v1/completions": "prompt", "/v1/responses": "input"}  # where a body's bulk is ("messages" else)
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # an escape in a JSON string (a quote escaped among them)
+
+
+class ValueCount:
+    """The JSON values a body holds, counted piece by piece as it arrives, at C speed: the commas, braces and
+    brackets outside strings (an upper bound where the JSON is broken: its parse refuses it then)."""
+
+    def __init__(self) -> None:
+        self.values = 0
+        self._in_string = False  # where the last piece ended
+        self._carry = b""  # a backslash that ended the last piece: it escapes this one's first byte
+
+    def feed(self, piece: bytes) -> int:
+        """The count with `piece`, the body's next bytes."""
+        data = _ESCAPE.sub(b"", self._carry + piece)  # no escape left: every quote opens or closes a string
+        self._carry = b""
+        if data.endswith(b"\\"):
+            self._carry, data = b"\\", data[:-1]
+        parts = data.split(b'"')  # outside and inside strings in turn
+        outside = b"".join(parts[1 if self._in_string else 0 :: 2])
+        self._in_string ^= len(parts) % 2 == 0
+        self.values += outside.count(b",") + outside.count(b"{") + outside.count(b"[")
+        return self.values
 
 
 def host_name(host: str) -> str:
@@ -144,11 +164,11 @@ class Guard:
             return await send_error(send, error, scope["path"])
         seen, whole, started = 0, False, False
         deadline = asyncio.get_running_loop().time() + self.body_seconds  # for the whole body, not each piece
-        items, tail = 0, b""
-        field, keys = COUNTED.get(scope["path"], ("", ()))
+        count = ValueCount()
+        field = PROMPT_FIELDS.get(scope["path"], "messages")
 
         async def counted() -> dict[str, Any]:
-            nonlocal seen, whole, items, tail
+            nonlocal seen, whole
             if whole:  # the body is read: what comes now is the disconnect, whenever it comes
                 return dict(await receive())
             try:
@@ -160,14 +180,16 @@ class Guard:
             whole = message["type"] != "http.request" or not message.get("more_body", False)
             if seen > self.max_body:
                 raise BodyRefused(self._too_large())
-            if keys:  # a quoted key can only be a key or a whole value: JSON escapes a quote inside a string
-                piece = tail + message.get("body", b"")  # a key split between chunks is counted once, whole
-                items += sum(piece.count(k) - tail.count(k) for k in keys)
-                tail = piece[-8:]
-                if items > ITEMS:
-                    raise BodyRefused(
-                        ApiError(400, f"{field}: at most {MAX_MESSAGES} items", param=field, code="too_many")
+            if count.feed(message.get("body", b"")) > MAX_VALUES:
+                raise BodyRefused(
+                    ApiError(
+                        400,
+                        f"the body holds more than {MAX_VALUES} JSON values (objects, arrays and their members): more "
+                        "than any request localspec can answer",
+                        param=field,
+                        code="too_many",
                     )
+                )
             return message
 
         async def watched(message: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -245,6 +246,7 @@ def check_named_tool(name: str | None, names: list[str]) -> None:
         )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_NESTING = 128  # levels of objects and arrays a request may nest (OpenAI's own bodies nest a dozen)
 
 
@@ -256,7 +258,7 @@ def unrepresentable(value: Any) -> str | None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if any("\ud800" <= c <= "\udfff" for c in item):
+            if not item.isascii() and _SURROGATE.search(item):
                 return "text that is not Unicode (a lone surrogate)"
         elif isinstance(item, float):
             if not math.isfinite(item):
