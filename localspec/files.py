@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -22,6 +23,7 @@ from typing import IO, Any
 from filelock import FileLock, Timeout
 
 LOCK_SECONDS = 10.0  # the longest a writer waits for another process's write
+STALE_SECONDS = 3600  # a temporary file this old was left by a process that ended mid-write
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -63,6 +65,15 @@ def atomic_path(path: Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def sweep(folder: Path) -> None:
+    """Remove the temporary files (atomic_path's) that processes which ended mid-write left in `folder`."""
+    with contextlib.suppress(OSError):
+        for tmp in folder.glob(".*.tmp"):
+            with contextlib.suppress(OSError):
+                if tmp.stat().st_mtime < time.time() - STALE_SECONDS:
+                    tmp.unlink()
 
 
 @contextlib.contextmanager

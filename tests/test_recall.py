@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import io
+import os
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Verdict
@@ -33,8 +38,70 @@ def test_the_store_keeps_its_bound_and_its_file(tmp_path: Path) -> None:
     assert store.tokens[-2] == 1009 and store.tokens[0] != 1000  # the oldest went first
     again = AnswerStore(path, limit=100)
     assert list(again.tokens) == list(store.tokens)
-    path.write_bytes(b"not a numpy file")
-    assert len(AnswerStore(path).tokens) == 0  # damaged: starts afresh
+
+
+def _npy(tokens: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, tokens, allow_pickle=False)
+    return buffer.getvalue()
+
+
+GOOD = _npy(np.asarray([5, 6, 7, -1], np.int32))
+DAMAGED = {
+    "empty": b"",
+    "garbage": b"not a numpy file",
+    "cut short": GOOD[:-3],
+    "a header claiming a vast shape": GOOD.replace(b"(4,)", b"(99999999999999,)"),
+    "a header that is no header": GOOD.replace(b"'descr'", b"'dxscr'"),
+    "a token beyond the vocabulary": _npy(np.asarray([5, 151_936, -1], np.int32)),
+    "a negative token": _npy(np.asarray([5, -7, -1], np.int32)),
+    "another dtype": _npy(np.asarray([5.0, 6.0], np.float64)),
+    "two dimensions": _npy(np.zeros((2, 2), np.int32)),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED), ids=list(DAMAGED))
+def test_a_file_that_is_no_store_is_set_aside_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """Whatever the file holds, the store starts (afresh), and the file is set aside, not lost: one line says so."""
+    path = tmp_path / "answers.npy"
+    path.write_bytes(DAMAGED[damage])
+    store = AnswerStore(path, vocab=151_936)
+    assert len(store.tokens) == 0 and not path.exists()
+    assert (tmp_path / "answers.npy.damaged").read_bytes() == DAMAGED[damage]
+    assert capsys.readouterr().err.count("\n") == 1
+    store.add([1, 2], [3, 4])
+    assert list(AnswerStore(path, vocab=151_936).tokens) == [1, 2, 3, 4, -1]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_in_the_stores_place_never_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "answers.npy"
+    os.mkfifo(path)
+    assert len(AnswerStore(path).tokens) == 0 and not path.exists()
+
+
+def test_processes_sharing_the_file_keep_each_others_answers_and_a_clear_holds(tmp_path: Path) -> None:
+    path = tmp_path / "answers.npy"
+    first, second = AnswerStore(path), AnswerStore(path)  # two processes' stores, started on the same file
+    first.add([1], [10, 11])
+    second.add([2], [20, 21])
+    first.add([3], [30, 31])
+    assert list(AnswerStore(path).tokens) == [1, 10, 11, -1, 2, 20, 21, -1, 3, 30, 31, -1]
+    assert first.match([2, 20]) != (0, 0)  # the other process's answer drafts here too
+    path.unlink()  # `localspec cache clear` while both run
+    second.add([4], [40, 41])
+    assert list(AnswerStore(path).tokens) == [4, 40, 41, -1]  # the cleared answers stay cleared
+
+
+def test_temporary_files_a_process_left_are_removed(tmp_path: Path) -> None:
+    old, new = tmp_path / ".answers.npy.abc.tmp", tmp_path / ".answers.npy.def.tmp"
+    for tmp in (old, new):
+        tmp.write_bytes(b"half")
+    os.utime(old, (1, 1))
+    AnswerStore(tmp_path / "answers.npy")
+    assert not old.exists() and new.exists()  # a write in progress elsewhere is left alone
 
 
 def test_recall_follows_an_earlier_answer_and_learns_where_it_breaks() -> None:

@@ -217,7 +217,7 @@ def make_drafters(target: Model, *, copier: bool = False, recall: bool = False) 
     if copier:
         drafters.append(_registered(Copier.name, target))
     if recall:
-        drafters.append(Recall(AnswerStore(answers_path(target.path))))
+        drafters.append(Recall(AnswerStore(answers_path(target.path), vocab=target.n_vocab)))
     return drafters
 
 

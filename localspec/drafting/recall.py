@@ -10,37 +10,76 @@ copies hold is learned as the copier learns it; proposals are one-hot: sampling 
 from __future__ import annotations
 
 import contextlib
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from filelock import Timeout
 
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.copier import BreakStats
 from localspec.drafting.costs import CostModel
-from localspec.files import atomic_path
+from localspec.files import atomic_path, locked, set_aside, sweep
 
 MAX_TOKENS = 262_144  # the store's bound (1 MiB on disk)
 PROMPT_TAIL = 32  # prompt tokens kept before each answer
 MIN_MATCH = 8  # context tokens that must match before the store is followed
 MAX_MATCH = 64  # a match is measured this far back at most
 _GAP = -1  # between entries
+HEADER = 4096  # the most a store file's .npy header takes
 
 
 class AnswerStore:
     """Recent answers after their prompts' last tokens, as one array with an index of its token pairs; kept in
-    `path` (None: this process only)."""
+    `path` (None: this process only), every token checked against `vocab` (the target's vocabulary size) as read.
 
-    def __init__(self, path: Path | None = None, limit: int = MAX_TOKENS) -> None:
-        self.path, self.limit = path, limit
+    Processes share the file: each adds its answer under the file's lock to what the file holds then (another
+    process's answers included; none where `localspec cache clear` removed it). A file that is not a whole store
+    (cut short, damaged, not a regular file, a token beyond the vocabulary) is set aside with one line."""
+
+    def __init__(self, path: Path | None = None, limit: int = MAX_TOKENS, vocab: int | None = None) -> None:
+        self.path, self.limit, self.vocab = path, limit, vocab
+        self._seen: tuple[int, int] | None = None  # the file's (mtime, size) as this process last read or wrote it
         self.tokens = np.empty(0, np.int32)
         if path is not None:
-            with contextlib.suppress(OSError, ValueError):  # missing or damaged: start empty
-                loaded = np.load(path, allow_pickle=False)
-                if loaded.ndim == 1 and loaded.dtype == np.int32:
-                    self.tokens = loaded[-limit:]
+            sweep(path.parent)
+            self.tokens = self._read()
         self._index()
+
+    def _read(self) -> np.ndarray:
+        """The file's tokens (none where it is missing or cannot be read now; set aside where it is no store)."""
+        assert self.path is not None
+        empty = np.empty(0, np.int32)
+        try:
+            st = self.path.stat()
+            if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * self.limit + HEADER:
+                raise ValueError("not a store")
+            loaded = np.load(self.path, mmap_mode="r", allow_pickle=False)  # a shape beyond the file is refused
+            tokens = np.array(loaded[-self.limit :], np.int32) if loaded.ndim == 1 else None
+            if tokens is None or loaded.dtype != np.int32 or not _valid(tokens, self.vocab):
+                raise ValueError("not a store")
+        except FileNotFoundError:
+            self._seen = None
+            return empty
+        except PermissionError:  # there, not readable now: left as it is
+            return empty
+        except Exception:  # cut short, damaged, crafted: whatever numpy raises of it
+            set_aside(self.path)
+            self._seen = None
+            return empty
+        self._seen = (st.st_mtime_ns, st.st_size)
+        return tokens
+
+    def _changed(self) -> bool:
+        """Whether the file is not as this process last read or wrote it (another process's answers, a clear)."""
+        assert self.path is not None
+        try:
+            st = self.path.stat()
+        except OSError:
+            return self._seen is not None
+        return (st.st_mtime_ns, st.st_size) != self._seen
 
     def _index(self) -> None:
         pairs = _pairs(self.tokens)
@@ -48,11 +87,33 @@ class AnswerStore:
         self._pairs = pairs[self._order]
 
     def add(self, prompt_tail: Sequence[int], answer: Sequence[int]) -> None:
-        """Keep an answer after its prompt's last tokens (the oldest entries out beyond the bound); saved. The index
-        takes the new pairs in and the old ones out, with no sort of the whole."""
+        """Keep an answer after its prompt's last tokens (the oldest entries out beyond the bound), saved under the
+        file's lock onto what the file holds now."""
         if not answer:
             return
         entry = np.asarray([*prompt_tail, *answer, _GAP], np.int32)
+        if self.path is None:
+            self._append(entry)
+            return
+        added = False
+        try:
+            with locked(self.path):
+                if self._changed():  # the file's answers are the store's now
+                    self.tokens = self._read()
+                    self._index()
+                self._append(entry)
+                added = True
+                with atomic_path(self.path) as part, open(part, "wb") as f:
+                    np.save(f, self.tokens, allow_pickle=False)
+                st = self.path.stat()
+                self._seen = (st.st_mtime_ns, st.st_size)
+        except (OSError, Timeout):  # not saved (a full disk, a lock held too long): kept in this process
+            if not added:
+                self._append(entry)
+
+    def _append(self, entry: np.ndarray) -> None:
+        """The entry in, the oldest entries out beyond the bound; the index takes the new pairs in and the old ones
+        out, with no sort of the whole."""
         old, tokens = len(self.tokens), np.concatenate([self.tokens, entry])
         cut = 0
         if (excess := len(tokens) - self.limit) > 0:  # whole entries out from the front
@@ -68,9 +129,6 @@ class AnswerStore:
             keep = order >= cut
             pairs, order = pairs[keep], order[keep] - cut
         self.tokens, self._pairs, self._order = tokens[cut:], pairs, order
-        if self.path is not None:
-            with contextlib.suppress(OSError), atomic_path(self.path) as part, open(part, "wb") as f:
-                np.save(f, self.tokens, allow_pickle=False)
 
     def match(self, ctx: Sequence[int]) -> tuple[int, int]:
         """(where the store goes on after ctx's end, how many tokens matched) for the longest match, the latest
@@ -93,6 +151,11 @@ class AnswerStore:
             length += alive
         best = int(np.lexsort((ends, length))[-1])  # the longest, then the latest
         return int(ends[best]), int(length[best])
+
+
+def _valid(tokens: np.ndarray, vocab: int | None) -> bool:
+    """Every token a vocabulary's (or the gap between entries)."""
+    return not tokens.size or (int(tokens.min()) >= _GAP and (vocab is None or int(tokens.max()) < vocab))
 
 
 def _pairs(tokens: np.ndarray) -> np.ndarray:

@@ -36,12 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from localspec.files import atomic_path
+from localspec.files import STALE_SECONDS, atomic_path
 
 MAGIC = b"localspec-kv\x01\n"
 SUFFIX = ".kv"
 MiB = 2**20
-STALE_SECONDS = 3600  # a temporary file this old was left by a process that ended mid-write
 HOLD_SECONDS = 600.0  # how long an unused cache key holds its entry (OpenAI keeps a prefix 5-10 minutes)
 GONE = 32  # entries the budgets removed, remembered (by their tokens) to say why a later prompt missed
 _WRITERS: set[threading.Thread] = set()  # every cache's writes in progress (flush_all)
