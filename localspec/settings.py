@@ -270,8 +270,9 @@ SETTINGS: dict[str, Setting] = {
             "cache_ram",
             int,
             2048,
-            "Memory for the prompt cache in MiB: prompts seen before (an agent's instructions, a conversation) are "
-            "restored instead of prefilled (0: none kept in memory).",
+            "Memory for the prompt cache in MiB, one budget for the process (the target's and the draft model's "
+            "states, and those waiting to be written to disk): prompts seen before (an agent's instructions, a "
+            "conversation) are restored instead of prefilled (0: none kept in memory).",
             ("--cache-ram",),
             0,
             1_048_576,
@@ -280,7 +281,8 @@ SETTINGS: dict[str, Setting] = {
             "cache_disk",
             int,
             4096,
-            "Disk for the prompt cache in MiB, under the cache directory: kept across restarts (0: none on disk).",
+            "Disk for the prompt cache in MiB, under the cache directory: kept across restarts, and never filling the "
+            "disk (1 GiB, or a twentieth of a smaller disk, is left free) (0: none on disk).",
             ("--cache-disk",),
             0,
             16_777_216,

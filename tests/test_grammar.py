@@ -220,3 +220,26 @@ def test_logprobs_are_the_log_softmax() -> None:
     e = token_logprob(masked, 9, 5)
     assert [t for t, _ in e.top] == [9, 3] and e.logprob == pytest.approx(-np.log1p(np.exp(-1.0)))
     assert token_logprob(logits, 7, 0).top == ()
+
+
+def test_concurrent_compiles_leave_the_processs_thread_stack_size_as_it_was() -> None:
+    """The compile thread's large stack is the process's setting while one starts: compiles at once must put it
+    back as they found it, or every later thread reserves 512 MiB."""
+    import threading
+
+    from localspec.core.grammar import json_schema_grammar
+
+    before = threading.stack_size()
+    barrier = threading.Barrier(8)
+
+    def compile_one() -> None:
+        barrier.wait()
+        for _ in range(5):
+            json_schema_grammar({"type": "object", "properties": {"a": {"type": "integer"}}})
+
+    threads = [threading.Thread(target=compile_one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert threading.stack_size() == before

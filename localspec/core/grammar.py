@@ -36,6 +36,7 @@ class GrammarError(ValueError):
 # schema may hold at most MAX_SCHEMA_NODES values, and every compile runs on a thread whose stack holds them all.
 MAX_SCHEMA_NODES = 50_000
 _COMPILE_STACK = 512 << 20  # bytes of the compiling thread's stack (address space: only what is used is committed)
+_STACK_SIZE = threading.Lock()
 T = TypeVar("T")
 
 
@@ -49,12 +50,13 @@ def _on_a_deep_stack(fn: Callable[[], T]) -> T:
         except BaseException as e:  # handed to the caller as it is
             out.append((False, e))
 
-    before = threading.stack_size(_COMPILE_STACK)
-    try:
-        thread = threading.Thread(target=run, name="grammar-compile", daemon=True)
-        thread.start()
-    finally:
-        threading.stack_size(before)
+    with _STACK_SIZE:  # the size is the process's: set, used and put back by one compile at a time
+        before = threading.stack_size(_COMPILE_STACK)
+        try:
+            thread = threading.Thread(target=run, name="grammar-compile", daemon=True)
+            thread.start()
+        finally:
+            threading.stack_size(before)
     thread.join()
     ok, value = out[0]
     if not ok:

@@ -21,7 +21,7 @@ from localspec.drafting.policy import DraftPolicy
 from localspec.drafting.recall import AnswerStore, Recall
 from localspec.errors import LocalspecError
 from localspec.llama.model import Model, exact_rows, gpu_offload_supported
-from localspec.llama.prompts import MiB, PromptCache
+from localspec.llama.prompts import MiB, PromptCache, shared_memory
 from localspec.models.catalog import default_pair, resolve
 from localspec.models.gguf import check_file, read_gguf
 from localspec.models.vocab import mismatch
@@ -124,9 +124,8 @@ def _load(
         cancel=cancel,
     )
     if cfg.cache_ram or cfg.cache_disk:
-        model.prompts = PromptCache(
-            model.kv_key, ram=cfg.cache_ram * MiB, disk=cfg.cache_disk * MiB, root=prompts_dir(), warn=_warn
-        )
+        memory = shared_memory(cfg.cache_ram * MiB)  # one budget for the process: the target's and the draft's
+        model.prompts = PromptCache(model.kv_key, ram=memory, disk=cfg.cache_disk * MiB, root=prompts_dir(), warn=_warn)
     return model
 
 

@@ -9,7 +9,6 @@ copies hold is learned as the copier learns it; proposals are one-hot: sampling 
 
 from __future__ import annotations
 
-import contextlib
 import stat
 from collections.abc import Sequence
 from pathlib import Path

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import re
 import threading
 import time
@@ -54,6 +55,15 @@ def build() -> Build:
     """This process's llama.cpp build."""
     info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
     return Build(llama_cpp.__version__, info, gpu_offload_supported())
+
+
+@functools.cache
+def build_id() -> str:
+    """This llama.cpp build's identity beyond llama-cpp-python's version: its features (llamafile's kernels or not,
+    the backends) and its library's size, so builds of one version with other kernels never share cached states."""
+    library = Path(getattr(llama_cpp.llama_cpp._lib, "_name", "") or ".")
+    size = library.stat().st_size if library.is_file() else 0
+    return hashlib.sha256(f"{build().system_info}|{size}".encode()).hexdigest()[:16]
 
 
 class ContextFull(LocalspecError):
@@ -234,6 +244,7 @@ class Model:
             "bytes": st.st_size,
             "mtime": st.st_mtime_ns,
             "llama_cpp": llama_cpp.__version__,
+            "build": build_id(),
             "n_ctx": self.n_ctx,
             "gpu_layers": self.n_gpu_layers,
             "flash_attn": self.flash_attn,
@@ -366,7 +377,8 @@ class Model:
             return keep
         llama_cpp.llama_memory_seq_rm(self._mem, 0, 0, -1)
         self.tokens = []
-        buffer = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
+        ubytes = ctypes.c_ubyte * len(data)
+        buffer = ubytes.from_buffer_copy(data) if isinstance(data, bytes) else ubytes.from_buffer(data)
         if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(data), 0) != len(data):
             llama_cpp.llama_memory_seq_rm(self._mem, 0, 0, -1)  # a state llama.cpp refused: prefilled instead
             return 0
@@ -381,9 +393,9 @@ class Model:
             return
         self.trim(len(self.tokens))  # anything past the tracked tokens (an interrupted decode's) is not kept
         size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
-        buffer = (ctypes.c_ubyte * size)()
-        if llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, 0) == size:
-            self.prompts.put(self.tokens, bytes(buffer), hold=hold)
+        data = bytearray(size)  # llama.cpp writes the state into it: no copy made
+        if llama_cpp.llama_state_seq_get_data(self._ctx, (ctypes.c_ubyte * size).from_buffer(data), size, 0) == size:
+            self.prompts.put(self.tokens, data, hold=hold)
             self._kept = len(self.tokens)
 
     def _logits(self, rows: int) -> np.ndarray:
