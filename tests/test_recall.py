@@ -125,6 +125,18 @@ def test_recall_follows_an_earlier_answer_and_learns_where_it_breaks() -> None:
     assert store.match(ctx[-MIN_MATCH:])[1] == MIN_MATCH  # this answer is kept too
 
 
+def test_a_draft_stops_at_its_answers_end() -> None:
+    """Following an answer to its end never runs on into the next entry (the gap, another prompt's tokens)."""
+    store = AnswerStore()
+    store.add(PROMPT[-32:], ANSWER)
+    store.add([7] * 32, [900, 901, 902])
+    recall = Recall(store)
+    ctx = [1, *PROMPT, *ANSWER[:-3]]
+    recall.begin(len(PROMPT) + 1)
+    assert recall.draft(ctx, 8, SamplerSettings(), InvariantSampling(0)) == ANSWER[-3:]
+    assert len(recall.offer(ctx, 8, 100, None).survival) == 3
+
+
 def test_a_short_match_is_not_followed() -> None:
     store = AnswerStore()
     store.add([1, 2, 3], ANSWER)
