@@ -112,11 +112,8 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
 
     from localspec.core.sampling import SamplerSettings
     from localspec.decoding.engine import Request
-    from localspec.decoding.loader import RunConfig, default_threads, load_engine
-    from localspec.drafting.calibration import calibrate
-    from localspec.drafting.costs import best_k
-    from localspec.drafting.policy import ASSUMED_ALPHA, clear_win
-    from localspec.llama.model import Model, build
+    from localspec.decoding.loader import RunConfig, load_engine
+    from localspec.llama.model import build
     from localspec.llama.template import chat_tokens
 
     out.mkdir(parents=True, exist_ok=True)
@@ -128,19 +125,7 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     }
     result: dict[str, Any] = {"device": _device(), "backends": build().backends}
     result["twins_seconds"] = time.perf_counter() - t0
-    # loaded as the default run loads them, so the costs kept are the ones its runs below start from
-    target, draft = (Model(paths[r], n_threads=default_threads(), n_gpu_layers=gpu_layers) for r in ("target", "draft"))
-    cost = calibrate(target, draft)
-    t1 = cost.verify_cost(1)
-    result["verify_ms"] = {n: s * 1e3 for n, s in cost.curve().items()}
-    result["draft_token"] = cost.draft_token / t1
-    result["draft_prefill_token"] = cost.draft_prefill_token / t1
-    result["model_can_win"] = clear_win(cost)
-    result["draft_model_predicted"] = {
-        f"{alpha:.2f}": best_k([alpha**j for j in range(1, 17)], cost, cost.draft_token)[1] * t1
-        for alpha in (0.6, 0.8, ASSUMED_ALPHA)
-    }
-    del target, draft
+    cost = _calibrated(paths, gpu_layers, result)
     result["beside"] = beside_load(paths, gpu_layers=gpu_layers, tokens=max(tokens, 16))
     greedy = SamplerSettings(temperature=0)
     result["runs"] = []
@@ -155,31 +140,9 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
             cfg.gpu_layers = cfg.draft_gpu_layers = gpu_layers
             engine, policy = load_engine(cfg)
             ids = chat_tokens(engine.target, [{"role": "user", "content": prompt}])
-            start = time.perf_counter()
-            run_ = engine.generate(Request(tuple(ids), tokens, cfg.sampler))
-            for _ in run_:
-                pass
-            completion, st = run_.tokens, run_.stats
-            row[way], answers[way] = (
-                {
-                    "seconds": time.perf_counter() - start,
-                    "notes": policy.notes if policy else [],
-                    # where a round's time goes: the target's decodes, the draft model's, the host's (the rest)
-                    "ms_per_round": {
-                        part: seconds * 1e3 / max(st.target_passes, 1)
-                        for part, seconds in (
-                            ("target", st.target_seconds),
-                            ("draft", st.draft_seconds),
-                            ("host", st.host_seconds),
-                        )
-                    },
-                    "host_ms_per_token": (st.host_per_token or 0.0) * 1e3,
-                    "joined": st.first_drafts.get("draft_model"),
-                },
-                completion,
-            )
+            row[way], answers[way] = _timed_run(engine, policy, Request(tuple(ids), tokens, cfg.sampler))
             if way == "no_draft":
-                row["same"] = _same_by_near_tie(engine.target, ids, answers["default"], completion)
+                row["same"] = _same_by_near_tie(engine.target, ids, answers["default"], answers[way])
             del engine, policy
         row["speedup"] = row["no_draft"]["seconds"] / row["default"]["seconds"]
         result["runs"].append(row)
@@ -191,6 +154,49 @@ def run(bundle: Path, out: Path, *, gpu_layers: int, tokens: int, models: Path |
     (out / "gpu-table.md").write_text(table(result))
     print(table(result))
     return result
+
+
+def _calibrated(paths: dict[str, Path], gpu_layers: int, result: dict[str, Any]) -> Any:
+    """The pair's measured costs (into `result`: the verify curve, the draft's costs, the predicted speedups),
+    loaded as the default run loads them, so the costs kept are the ones its runs start from."""
+    from localspec.decoding.loader import default_threads
+    from localspec.drafting.calibration import calibrate
+    from localspec.drafting.costs import best_k
+    from localspec.drafting.policy import ASSUMED_ALPHA, clear_win
+    from localspec.llama.model import Model
+
+    target, draft = (Model(paths[r], n_threads=default_threads(), n_gpu_layers=gpu_layers) for r in ("target", "draft"))
+    cost = calibrate(target, draft)
+    t1 = cost.verify_cost(1)
+    result["verify_ms"] = {n: s * 1e3 for n, s in cost.curve().items()}
+    result["draft_token"] = cost.draft_token / t1
+    result["draft_prefill_token"] = cost.draft_prefill_token / t1
+    result["model_can_win"] = clear_win(cost)
+    result["draft_model_predicted"] = {
+        f"{alpha:.2f}": best_k([alpha**j for j in range(1, 17)], cost, cost.draft_token)[1] * t1
+        for alpha in (0.6, 0.8, ASSUMED_ALPHA)
+    }
+    return cost
+
+
+def _timed_run(engine: Any, policy: Any, request: Any) -> tuple[dict[str, Any], list[int]]:
+    """One generation's figures (its seconds, where a round's time went, where the draft model joined) and tokens."""
+    start = time.perf_counter()
+    run_ = engine.generate(request)
+    for _ in run_:
+        pass
+    st = run_.stats
+    return {
+        "seconds": time.perf_counter() - start,
+        "notes": policy.notes if policy else [],
+        # where a round's time goes: the target's decodes, the draft model's, the host's (the rest)
+        "ms_per_round": {
+            part: seconds * 1e3 / max(st.target_passes, 1)
+            for part, seconds in (("target", st.target_seconds), ("draft", st.draft_seconds), ("host", st.host_seconds))
+        },
+        "host_ms_per_token": (st.host_per_token or 0.0) * 1e3,
+        "joined": st.first_drafts.get("draft_model"),
+    }, run_.tokens
 
 
 def beside_load(paths: dict[str, Path], *, gpu_layers: int, tokens: int) -> dict[str, Any]:

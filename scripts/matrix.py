@@ -93,34 +93,42 @@ def main() -> None:
                     for p in loops:
                         p.kill()
             for name in names:
-                rows = []
-                for i in range(args.pairs):
-                    got = {}
-                    for way in ("default", "no-draft") if i % 2 == 0 else ("no-draft", "default"):
-                        flags = extra.get(name, []) + (["--no-draft"] if way == "no-draft" else [])
-                        run_cache = fresh_cache() if history == "fresh" else cache
-                        got[way] = generate(target, PROMPTS[name], flags, run_cache, args.max_tokens)
-                    rows.append(got)
-                cell = {
-                    "target": quant,
-                    "prompt": name,
-                    "history": history,
-                    "ratio": statistics.median(r["no-draft"]["wall"] / r["default"]["wall"] for r in rows),
-                    "ttft_ratio": statistics.median(r["no-draft"]["ttft"] / r["default"]["ttft"] for r in rows),
-                    "rss_delta_mb": statistics.median(r["default"]["rss_mb"] - r["no-draft"]["rss_mb"] for r in rows),
-                    "draft_loaded": sum(r["default"]["draft_loaded"] for r in rows),
-                    "pairs": rows,
-                }
-                cells.append(cell)
-                print(
-                    f"{quant:7} {name:6} {history:6} whole {cell['ratio']:.3f}x  first token {cell['ttft_ratio']:.3f}x  "
-                    f"RSS {cell['rss_delta_mb']:+.0f} MB  draft loaded {cell['draft_loaded']}/{args.pairs}  "
-                    f"default {statistics.median(r['default']['wall'] for r in rows):.1f} s",
-                    flush=True,
-                )
+                cells.append(_cell(target, quant, name, history, cache, extra.get(name, []), args))
         args.out.with_suffix(".json").write_text(json.dumps(cells, indent=1))
     write_table(cells, args.out.with_suffix(".md"))
     write_plot(cells, args.out.with_suffix(".png"))
+
+
+def _cell(
+    target: Path, quant: str, name: str, history: str, cache: Path, flags: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """One prompt's interleaved pairs under one history: the medians, printed as they come."""
+    rows = []
+    for i in range(args.pairs):
+        got = {}
+        for way in ("default", "no-draft") if i % 2 == 0 else ("no-draft", "default"):
+            run_cache = fresh_cache() if history == "fresh" else cache
+            got[way] = generate(
+                target, PROMPTS[name], flags + (["--no-draft"] if way == "no-draft" else []), run_cache, args.max_tokens
+            )
+        rows.append(got)
+    cell = {
+        "target": quant,
+        "prompt": name,
+        "history": history,
+        "ratio": statistics.median(r["no-draft"]["wall"] / r["default"]["wall"] for r in rows),
+        "ttft_ratio": statistics.median(r["no-draft"]["ttft"] / r["default"]["ttft"] for r in rows),
+        "rss_delta_mb": statistics.median(r["default"]["rss_mb"] - r["no-draft"]["rss_mb"] for r in rows),
+        "draft_loaded": sum(r["default"]["draft_loaded"] for r in rows),
+        "pairs": rows,
+    }
+    print(
+        f"{quant:7} {name:6} {history:6} whole {cell['ratio']:.3f}x  first token {cell['ttft_ratio']:.3f}x  "
+        f"RSS {cell['rss_delta_mb']:+.0f} MB  draft loaded {cell['draft_loaded']}/{args.pairs}  "
+        f"default {statistics.median(r['default']['wall'] for r in rows):.1f} s",
+        flush=True,
+    )
+    return cell
 
 
 def write_table(cells: list[dict[str, Any]], path: Path) -> None:

@@ -68,6 +68,19 @@ def _ask(url: str, prompt: str, stream: bool, max_tokens: int, timeout: float) -
     return "".join(text)
 
 
+def _leave(url: str, stream: bool, after: float) -> None:
+    """Ask for a long answer and go away after about `after` seconds: mid-stream, or on timing out."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": LONG}], "max_tokens": 300, "stream": stream}
+    if stream:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
+            for n, _ in enumerate(response.iter_lines()):
+                if n >= int(after * 5):
+                    break
+    else:
+        with contextlib.suppress(httpx.TimeoutException):
+            httpx.post(f"{url}/v1/chat/completions", json=body, timeout=after)
+
+
 def test_soak(soaked: Server, target: Model) -> None:
     url = soaked.url
     alone = {p: _ask(url, p, False, ANSWER, 120) for p in PROMPTS}
@@ -92,23 +105,10 @@ def test_soak(soaked: Server, target: Model) -> None:
     def client(jobs: list[tuple[str, bool, bool, float]]) -> None:
         for prompt, stream, leaves, after in jobs:
             try:
-                if not leaves:
-                    done.append((prompt, _ask(url, prompt, stream, ANSWER, 300)))
-                    continue
-                body = {
-                    "model": MODEL,
-                    "messages": [{"role": "user", "content": LONG}],
-                    "max_tokens": 300,
-                    "stream": stream,
-                }
-                if stream:
-                    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
-                        for n, _ in enumerate(response.iter_lines()):
-                            if n >= int(after * 5):
-                                break  # leaves mid-stream
+                if leaves:
+                    _leave(url, stream, after)
                 else:
-                    with contextlib.suppress(httpx.TimeoutException):  # leaves on timing out
-                        httpx.post(f"{url}/v1/chat/completions", json=body, timeout=after)
+                    done.append((prompt, _ask(url, prompt, stream, ANSWER, 300)))
             except Exception as e:
                 failures.append(repr(e))
 

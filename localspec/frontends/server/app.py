@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from localspec import __version__
 from localspec.api import LocalSpec
 from localspec.frontends.server import chat, completions, errors, messages, responses
 from localspec.frontends.server.errors import ApiError
@@ -49,7 +50,7 @@ def create_app(
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     worker = Worker(settings.max_queue, settings.client_timeout, say)
     service = Service(spec, model_id, worker, settings.log_prompts, say)
-    app = FastAPI(title="localspec", version="0.1.0", redoc_url=None)
+    app = FastAPI(title="localspec", version=__version__, redoc_url=None)
     errors.install(app, say)
     _guard(app, settings, worker, say)
     v1 = APIRouter(prefix="/v1")

@@ -38,7 +38,7 @@ class ChatRequest(RequestBase):
             check_named_tool(None, names)
 
     def options(self) -> dict[str, Any]:
-        """LocalSpec.generate's arguments for what this request asks beyond sampling."""
+        """Options' fields for what this request asks beyond sampling."""
         choice = self.tool_choice or "auto"
         return {
             "response_format": self.response_format.openai() if self.response_format else None,
