@@ -234,8 +234,7 @@ def test_namespaces_count_toward_the_tools_limit_before_any_schema_compiles(serv
     (A body of thousands is refused sooner, as it arrives, by its count of JSON values.)"""
     fn = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}
     tools = [
-        {"type": "namespace", "name": f"n{i}", "tools": [{**fn, "name": f"f{j}"} for j in range(32)]}
-        for i in range(16)
+        {"type": "namespace", "name": f"n{i}", "tools": [{**fn, "name": f"f{j}"} for j in range(32)]} for i in range(16)
     ]
     reply = httpx.post(
         f"{served.url}/v1/responses", json={"model": "standin", "input": "hi", "tools": tools}, timeout=60
