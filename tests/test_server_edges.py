@@ -186,3 +186,32 @@ def _cache_keys(served: Served) -> None:
     bad = {"model": "m", "max_tokens": 2, "messages": hi, "cache_control": {"type": "forever"}}
     refused = httpx.post(f"{served.url}/v1/messages", json=bad)
     assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_stream_that_ends_while_its_reader_stops_leaves_nothing_to_log() -> None:
+    """The keepalive's wait for the next piece may end (the client gone) just as the reader stops: what it ended
+    with is taken, not left for asyncio to log as a task exception never retrieved (a traceback in the log)."""
+    import asyncio
+    import gc
+
+    from localspec.frontends.server.service import ticking
+    from localspec.frontends.server.worker import ClientGone
+
+    logged: list[dict] = []
+
+    async def stream() -> Any:
+        await asyncio.sleep(0.05)
+        raise ClientGone
+        yield  # an async generator
+
+    async def read() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: logged.append(context))
+        items = ticking(stream(), 0.01)
+        assert await items.__anext__() is None  # a keepalive while the piece is awaited
+        await asyncio.sleep(0.1)  # the piece's wait ends meanwhile, with the client gone
+        await items.aclose()
+        gc.collect()
+
+    asyncio.run(read())
+    gc.collect()
+    assert not logged, logged

@@ -45,8 +45,8 @@ async def ticking(stream: Stream, every: float) -> AsyncGenerator[Sent | Generat
             pending = None
             yield item
     finally:
-        if pending is not None and not pending.done():  # the reader stopped: so does the wait
-            pending.cancel()
+        if pending is not None:  # the reader stopped: so does the wait, and what it ended with is taken (a client
+            pending.cancel()  # gone meanwhile is no error to log as "never retrieved")
             with contextlib.suppress(BaseException):
                 await pending
 
