@@ -23,7 +23,9 @@ EXAMPLES = int(os.environ.get("LOCALSPEC_FUZZ_EXAMPLES", "25"))
 
 @pytest.fixture(scope="module")
 def fuzzed(target_path: Path) -> Iterator[Server]:
-    s = Server("--ctx", "256", "--max-queue", "4")  # a small context keeps a valid request's answer short
+    s = Server(
+        "--ctx", "256", "--max-queue", "4", "--no-draft"
+    )  # a short answer, nothing loaded beside: refusals are its subject
     yield s
     assert httpx.get(f"{s.url}/health").json()["status"] == "ok"  # healthy after it all
     assert s.stop() == 0

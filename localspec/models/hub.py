@@ -122,7 +122,16 @@ def choose(repo: str, files: list[str]) -> str:
 
 
 def pull(repo: str, file: str | None = None) -> Path:
-    """Download (or find in the cache) repo's GGUF `file`, chosen by choose() when omitted."""
+    """Download (or find in the cache) repo's GGUF `file`, chosen by choose() when omitted. A Hub that refuses the
+    connection is known at once (unreachable): the cache answers then, not after huggingface-hub's retries."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE and (why := unreachable()) is not None:
+        cached = {c.file: c.path for c in cached_files() if c.repo == repo}
+        name = file if file is not None or not cached else choose(repo, sorted(cached))
+        if name in cached:
+            return cached[name]
+        raise _hub_error(ConnectionError(why), repo, file)
     if file is None:
         _quiet()
         files = gguf_files(repo)
