@@ -12,6 +12,7 @@ key name, quote and separator forced.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -83,9 +84,19 @@ def json_schema_grammar(schema: dict[str, Any] | str, *, lenient: bool = False) 
     """llguidance's grammar for JSON that validates against `schema`, laid out compactly. `lenient`: keywords
     llguidance does not implement (propertyNames, say) are left out, the grammar allowing more (a tool's arguments,
     which guide a call) rather than refused (an answer's format, which must validate)."""
+    check_schema_size(schema)
+    try:
+        text = schema if isinstance(schema, str) else json.dumps(schema)  # its order is the answer's
+    except (RecursionError, ValueError) as e:
+        raise GrammarError(f"not a JSON schema: {e}") from None
+    return _schema_grammar(text, lenient)
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_grammar(schema: str, lenient: bool) -> str:
+    """json_schema_grammar's, once per schema (an agent sends the same tools with every request)."""
     from llguidance import LLMatcher
 
-    check_schema_size(schema)
     try:
         grammar = LLMatcher.grammar_from_json_schema(schema, defaults={**JSON_LAYOUT, "lenient": lenient})  # type: ignore[arg-type]
     except ValueError as e:

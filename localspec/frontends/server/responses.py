@@ -16,6 +16,7 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -270,8 +271,9 @@ class ResponsesRequest(Common):
             raise ValueError("localspec answers in the foreground only (stream for early text)")
         return v
 
+    @cached_property
     def functions(self) -> dict[str, tuple[str | None, FunctionDef]]:
-        """The functions offered, by the name the model sees: a namespace's as `namespace.function`."""
+        """The functions offered, by the name the model sees: a namespace's as `namespace.function` (made once)."""
         out: dict[str, tuple[str | None, FunctionDef]] = {}
         for tool in self.tools or []:
             members: list[tuple[str | None, FunctionDef]] = [(None, tool)] if isinstance(tool, FunctionTool) else []
@@ -289,7 +291,7 @@ class ResponsesRequest(Common):
         return [t.type for t in self.tools or [] if isinstance(t, SkippedTool)]
 
     def check(self) -> None:
-        functions = self.functions()
+        functions = self.functions
         if isinstance(self.tool_choice, FunctionChoice):
             check_named_tool(flat(self.tool_choice.namespace, self.tool_choice.name), list(functions))
         elif self.tool_choice == "required":
@@ -299,7 +301,7 @@ class ResponsesRequest(Common):
         choice = self.tool_choice or "auto"
         tools = [
             {"type": "function", "function": fn.model_dump(exclude_none=True) | {"name": name}}
-            for name, (_, fn) in self.functions().items()
+            for name, (_, fn) in self.functions.items()
         ]
         if isinstance(choice, FunctionChoice):
             named: str | dict[str, Any] = {
@@ -446,7 +448,7 @@ class ResponsesShape:
         return {"id": self.message_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def _calls(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
-        functions = self.request.functions()
+        functions = self.request.functions
         calls = calls[:1] if not self.request.parallel_tool_calls else calls
         items = []
         for c in calls:
