@@ -20,7 +20,7 @@ from localspec.drafting.draft_model import BackgroundLoad, DraftModelDrafter
 from localspec.drafting.policy import DraftPolicy
 from localspec.drafting.recall import AnswerStore, Recall
 from localspec.errors import LocalspecError
-from localspec.llama.model import Model, exact_rows, gpu_offload_supported
+from localspec.llama.model import EXACT_PROBE, Model, exact_rows, gpu_offload_supported, rows_alike
 from localspec.llama.prompts import MiB, PromptCache, shared_memory
 from localspec.models.catalog import default_pair, resolve
 from localspec.models.gguf import check_file, read_gguf
@@ -204,7 +204,7 @@ def load_engine(cfg: RunConfig) -> tuple[Engine, DraftPolicy | None]:
             path=draft_path,
             background=partial(BackgroundLoad, beside=beside),
         )
-    rows = exact_rows(target) if cfg.exact else None
+    rows = rows_alike(target, exact_rows(target) or EXACT_PROBE) if cfg.exact else None
     engine = Engine(target, drafters, 0 if cfg.target_alone else cfg.k, cost=cost, max_draft=rows and rows - 1)
     return engine, policy
 

@@ -167,6 +167,30 @@ def exact_rows(model: Model) -> int | None:
     return TILED_MIN_ROWS - 1 if model.tensor_types & TILED_TYPES else None
 
 
+EXACT_PROBE = 17  # the largest batch exact mode checks where no rule caps it (a draft model's longest, and its row)
+_PROBE_TEXT = "def add(a, b):\n    return a + b\n\n\ndef scale(items, k):\n    return [k * x for x in items]\n" * 3
+
+
+def rows_alike(model: Model, limit: int) -> int:
+    """The most rows (at most `limit`) whose batches compute every row's logits to the bit as one-token decodes
+    do, measured on this machine: a CPU's repacked weights, say, take another kernel from a batch of 4 rows on
+    some CPUs and not on others, which no reading of the build can tell. A short text decoded a token at a
+    time, then in batches of 2, 3, ... rows until one differs; the cache is left empty."""
+    text = model.tokenize(_PROBE_TEXT)
+    base, new = text[:16], text[16 : 16 + limit]
+    model.reset()
+    model.sync(base, 1)
+    one = [model.sync(base + new[: i + 1], 1)[0].copy() for i in range(len(new))]
+    alike = 1
+    for rows in range(2, len(new) + 1):
+        model.trim(len(base))
+        if not np.array_equal(model.sync(base + new[:rows], rows), np.stack(one[:rows])):
+            break
+        alike = rows
+    model.reset()
+    return alike
+
+
 class Model:
     """A GGUF model with a tracked KV cache (sequence 0)."""
 

@@ -83,12 +83,12 @@ class ChatShape(Chunks):
             delta["content"] = text
         return {"delta": delta, "logprobs": logprobs}
 
-    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
-        return [self.chunk(rid, now, self.choice(None, None, role="assistant", content=""))]
+    def opening(self, prompt_tokens: int) -> list[bytes]:
+        return [self.chunk(self.choice(None, None, role="assistant", content=""))]
 
-    def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
-        calls = [self.chunk(rid, now, self.choice(None, None, tool_calls=d)) for d in call_deltas(served.tool_calls)]
-        return [*calls, *super().closing(rid, now, served)]
+    def closing(self, served: Served) -> list[bytes]:
+        calls = [self.chunk(self.choice(None, None, tool_calls=d)) for d in call_deltas(served.tool_calls)]
+        return [*calls, *super().closing(served)]
 
     def whole(self, served: Served) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": served.text}

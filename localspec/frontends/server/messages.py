@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import APIRouter, Request
@@ -274,11 +275,8 @@ class MessagesShape:
     block opened at the first text, each call a tool_use block with its input as one input_json_delta."""
 
     def __init__(self, model: str) -> None:
-        self.model = model
+        self.model, self.rid, self.now = model, f"msg_{secrets.token_hex(12)}", int(time.time())
         self.text_open = False
-
-    def new_id(self) -> str:
-        return f"msg_{secrets.token_hex(12)}"
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -286,11 +284,9 @@ class MessagesShape:
     def logprobs(self, entries: list[TokenLogprob], piece: TokenBytes) -> dict[str, Any] | None:
         return None
 
-    def _message(
-        self, rid: str, content: list[dict[str, Any]], served: Served | None, tokens: int = 0
-    ) -> dict[str, Any]:
+    def _message(self, content: list[dict[str, Any]], served: Served | None, tokens: int = 0) -> dict[str, Any]:
         return {
-            "id": rid,
+            "id": self.rid,
             "type": "message",
             "role": "assistant",
             "model": self.model,
@@ -312,25 +308,25 @@ class MessagesShape:
             for c in served.tool_calls
         ]
 
-    def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
+    def final(self, served: Served) -> dict[str, Any]:
         content = [{"type": "text", "text": served.text}] if served.text or not served.tool_calls else []
-        return self._message(rid, content + self._tool_use(served), served)
+        return self._message(content + self._tool_use(served), served)
 
     @staticmethod
     def _event(kind: str, **fields: Any) -> bytes:
         return sse({"type": kind, **fields}, kind)
 
-    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
-        return [self._event("message_start", message=self._message(rid, [], None, prompt_tokens)), self._event("ping")]
+    def opening(self, prompt_tokens: int) -> list[bytes]:
+        return [self._event("message_start", message=self._message([], None, prompt_tokens)), self._event("ping")]
 
-    def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
+    def delta(self, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
         if not text:
             return []
         out = [] if self.text_open else [self._open_text()]
         self.text_open = True
         return [*out, self._event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})]
 
-    def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
+    def closing(self, served: Served) -> list[bytes]:
         out = [self._event("content_block_stop", index=0)] if self.text_open else []
         for index, block in enumerate(self._tool_use(served), start=int(self.text_open)):
             out.append(self._event("content_block_start", index=index, content_block={**block, "input": {}}))
@@ -341,12 +337,12 @@ class MessagesShape:
                 )
             )
             out.append(self._event("content_block_stop", index=index))
-        message = self._message(rid, [], served)
+        message = self._message([], served)
         delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
         out.append(self._event("message_delta", delta=delta, usage=message["usage"]))
         return [*out, self._event("message_stop")]
 
-    def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
+    def failure(self, error: ApiError) -> list[bytes]:
         return [sse(error.body(anthropic=True), "error")]
 
     def keepalive(self) -> list[bytes]:

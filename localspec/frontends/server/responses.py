@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -385,9 +386,8 @@ class ResponsesShape:
     text: list[str] = field(default_factory=list)  # the message's text streamed so far
     blank: str = ""  # whitespace held until text follows it
     message_id: str = field(default_factory=lambda: f"msg_{secrets.token_hex(12)}")
-
-    def new_id(self) -> str:
-        return f"resp_{secrets.token_hex(12)}"
+    rid: str = field(default_factory=lambda: f"resp_{secrets.token_hex(12)}")
+    now: int = field(default_factory=lambda: int(time.time()))
 
     def headers(self) -> dict[str, str]:
         skipped = self.request.skipped()
@@ -405,16 +405,14 @@ class ResponsesShape:
         self.sequence += 1
         return sse({"type": kind, "sequence_number": self.sequence - 1, **body}, event=kind)
 
-    def _response(
-        self, rid: str, now: int, status: str, output: list[dict[str, Any]], served: Served | None = None
-    ) -> dict[str, Any]:
+    def _response(self, status: str, output: list[dict[str, Any]], served: Served | None = None) -> dict[str, Any]:
         req = self.request
         length = served is not None and served.finish_reason == "length"
         fmt = req.text.format if req.text and req.text.format else None
         return {
-            "id": rid,
+            "id": self.rid,
             "object": "response",
-            "created_at": now,
+            "created_at": self.now,
             "status": "incomplete" if length and status == "completed" else status,
             "model": self.model,
             "output": output,
@@ -477,17 +475,17 @@ class ResponsesShape:
             self.keep(response, answer)
         return response
 
-    def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
-        return self._kept(self._response(rid, now, "completed", self._output(served.text, served), served), served)
+    def final(self, served: Served) -> dict[str, Any]:
+        return self._kept(self._response("completed", self._output(served.text, served), served), served)
 
-    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
-        response = self._response(rid, now, "in_progress", [])
+    def opening(self, prompt_tokens: int) -> list[bytes]:
+        response = self._response("in_progress", [])
         return [
             self._event("response.created", response=response),
             self._event("response.in_progress", response=response),
         ]
 
-    def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
+    def delta(self, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
         """Text as it comes; blank text is held until text follows it (an answer that is only a call has no
         message)."""
         self.blank += text
@@ -504,7 +502,7 @@ class ResponsesShape:
     def _delta(self, text: str) -> bytes:
         return self._event("response.output_text.delta", **self._where, delta=text, logprobs=[])
 
-    def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
+    def closing(self, served: Served) -> list[bytes]:
         out = []
         if self.text and self.blank:  # trailing blank text of a message
             self.text.append(self.blank)
@@ -527,15 +525,15 @@ class ResponsesShape:
                 )
             )
             out.append(self._event("response.output_item.done", output_index=index, item=item))
-        response = self._kept(self._response(rid, now, "completed", output, served), served)
+        response = self._kept(self._response("completed", output, served), served)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return [*out, self._event(kind, response=response)]
 
     def keepalive(self) -> list[bytes]:
         return [COMMENT]  # the Responses API has no event for it
 
-    def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
-        response = self._response(rid, now, "failed", [])
+    def failure(self, error: ApiError) -> list[bytes]:
+        response = self._response("failed", [])
         response["error"] = {"code": "server_error", "message": error.message}
         return [self._event("response.failed", response=response)]
 

@@ -84,7 +84,6 @@ class Service:
             watcher.cancel()
             raise
         assert isinstance(run, Generation)
-        rid, now = shape.new_id(), int(time.time())
         first: list[float] = []
 
         def done() -> Served:
@@ -99,8 +98,8 @@ class Service:
             finally:
                 watcher.cancel()
                 await stream.aclose()
-            return JSONResponse(shape.final(rid, now, done()), headers=shape.headers())
-        events = self._events(request, stream, run, shape, rid, now, len(prepared.tokens), first, done, watcher)
+            return JSONResponse(shape.final(done()), headers=shape.headers())
+        events = self._events(request, stream, run, shape, len(prepared.tokens), first, done, watcher)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **shape.headers()}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
@@ -178,7 +177,7 @@ class Service:
         return prepared.capped(max_tokens or room)
 
     async def _deltas(
-        self, stream: Stream, run: Generation, shape: Shape, rid: str, now: int, first: list[float]
+        self, stream: Stream, run: Generation, shape: Shape, first: list[float]
     ) -> AsyncGenerator[bytes, None]:
         """The answer's text as it comes (tool calls held back as the stream of them says), each piece with its
         tokens' log-probabilities where asked for; `first` gets each piece's time."""
@@ -203,13 +202,13 @@ class Service:
                 assert isinstance(item, Sent)
                 first.append(time.perf_counter())
                 text = calls.feed(item.piece.text) if calls else item.piece.text
-                for event in shape.delta(rid, now, text, logprobs(item.logprobs)):
+                for event in shape.delta(text, logprobs(item.logprobs)):
                     yield event
         if run.logprobs is not None and sent < len(run.logprobs):  # tokens that made no text (a stop string)
-            for event in shape.delta(rid, now, "", logprobs()):
+            for event in shape.delta("", logprobs()):
                 yield event
         if calls and (rest := calls.finish()[0]):
-            for event in shape.delta(rid, now, rest, None):
+            for event in shape.delta(rest, None):
                 yield event
 
     def _gone(self, request: Request, tokens: int) -> Response:
@@ -223,8 +222,6 @@ class Service:
         stream: Stream,
         run: Generation,
         shape: Shape,
-        rid: str,
-        now: int,
         prompt_tokens: int,
         first: list[float],
         done: Callable[[], Served],
@@ -233,13 +230,13 @@ class Service:
         served: Served | None = None
         failed = False
         try:
-            for event in shape.opening(rid, now, prompt_tokens):
+            for event in shape.opening(prompt_tokens):
                 yield event
-            async with aclosing(self._deltas(stream, run, shape, rid, now, first)) as deltas:
+            async with aclosing(self._deltas(stream, run, shape, first)) as deltas:
                 async for event in deltas:
                     yield event
             served = done()
-            for event in shape.closing(rid, now, served):
+            for event in shape.closing(served):
                 yield event
         except Stalled:  # told in the stream: an answer cut short must not read as a whole one
             failed = True
@@ -249,7 +246,7 @@ class Service:
                 "its generation stopped",
                 code="stalled",
             )
-            for event in shape.failure(rid, now, error):
+            for event in shape.failure(error):
                 yield event
         except ClientGone:
             pass
@@ -257,7 +254,7 @@ class Service:
             failed = True
             self.say(f"localspec: {request.method} {request.url.path} 500 failed mid-stream\n{traceback.format_exc()}")
             error = ApiError(500, "the generation failed (the server's log has the details)", kind="server_error")
-            for event in shape.failure(rid, now, error):
+            for event in shape.failure(error):
                 yield event
         finally:
             watcher.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -78,9 +79,11 @@ def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
 
 
 class Shape(Protocol):
-    """How one endpoint answers: whole, or as a stream of events made as the generation goes."""
+    """How one request's answer is shaped, whole or as a stream of events made as the generation goes: made per
+    request, it holds the answer's id and its creation time."""
 
-    def new_id(self) -> str: ...
+    rid: str
+    now: int
 
     def headers(self) -> dict[str, str]:
         """Headers the answer carries beside the standard ones."""
@@ -90,23 +93,23 @@ class Shape(Protocol):
         """The next tokens' log-probabilities in this endpoint's shape."""
         ...
 
-    def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
+    def final(self, served: Served) -> dict[str, Any]:
         """The whole answer."""
         ...
 
-    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
+    def opening(self, prompt_tokens: int) -> list[bytes]:
         """The events before the first text (the prompt is `prompt_tokens` long)."""
         ...
 
-    def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
+    def delta(self, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
         """The events for new text (and the log-probabilities of its tokens)."""
         ...
 
-    def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
+    def closing(self, served: Served) -> list[bytes]:
         """The events after the last text: tool calls, the finish, usage, the end."""
         ...
 
-    def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
+    def failure(self, error: ApiError) -> list[bytes]:
         """The events that end a stream whose generation failed."""
         ...
 
@@ -123,12 +126,14 @@ class Chunks:
 
     model: str
     include_usage: bool = False
+    rid: str = field(init=False)
+    now: int = field(init=False)
     ID: ClassVar[str] = ""  # the id's prefix ...
     OBJECT: ClassVar[str] = ""  # ... the whole answer's object, and a chunk's
     CHUNK: ClassVar[str] = ""
 
-    def new_id(self) -> str:
-        return f"{self.ID}-{secrets.token_hex(12)}"
+    def __post_init__(self) -> None:
+        self.rid, self.now = f"{self.ID}-{secrets.token_hex(12)}", int(time.time())
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -141,35 +146,37 @@ class Chunks:
         """The whole answer's choice, but its log-probabilities and finish."""
         raise NotImplementedError
 
-    def chunk(self, rid: str, now: int, choice: dict[str, Any], finish: str | None = None) -> bytes:
+    def chunk(self, choice: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, **choice, "finish_reason": finish}
-        return sse({"id": rid, "object": self.CHUNK, "created": now, "model": self.model, "choices": [choice]})
+        return sse(
+            {"id": self.rid, "object": self.CHUNK, "created": self.now, "model": self.model, "choices": [choice]}
+        )
 
-    def opening(self, rid: str, now: int, prompt_tokens: int) -> list[bytes]:
+    def opening(self, prompt_tokens: int) -> list[bytes]:
         return []
 
-    def delta(self, rid: str, now: int, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
-        return [self.chunk(rid, now, self.choice(text, logprobs))] if text or logprobs else []
+    def delta(self, text: str, logprobs: dict[str, Any] | None) -> list[bytes]:
+        return [self.chunk(self.choice(text, logprobs))] if text or logprobs else []
 
-    def closing(self, rid: str, now: int, served: Served) -> list[bytes]:
-        out = [self.chunk(rid, now, self.choice(None, None), served.finish_reason)]
+    def closing(self, served: Served) -> list[bytes]:
+        out = [self.chunk(self.choice(None, None), served.finish_reason)]
         if self.include_usage:
-            chunk = {"id": rid, "object": self.CHUNK, "created": now, "model": self.model}
+            chunk = {"id": self.rid, "object": self.CHUNK, "created": self.now, "model": self.model}
             out.append(sse({**chunk, "choices": [], "usage": usage(served)}))
         return [*out, sse("[DONE]")]
 
-    def failure(self, rid: str, now: int, error: ApiError) -> list[bytes]:
+    def failure(self, error: ApiError) -> list[bytes]:
         return [sse(error.body()), sse("[DONE]")]
 
     def keepalive(self) -> list[bytes]:
         return [COMMENT]
 
-    def final(self, rid: str, now: int, served: Served) -> dict[str, Any]:
+    def final(self, served: Served) -> dict[str, Any]:
         choice = {"index": 0, **self.whole(served), "logprobs": served.logprobs, "finish_reason": served.finish_reason}
         return {
-            "id": rid,
+            "id": self.rid,
             "object": self.OBJECT,
-            "created": now,
+            "created": self.now,
             "model": self.model,
             "choices": [choice],
             "usage": usage(served),

@@ -17,7 +17,7 @@ from typing import Any
 from localspec.files import atomic_file, read_json
 
 MAX_STORED = 1000
-RESPONSE_ID = re.compile(r"resp_[0-9a-f]{24}")  # what ResponsesShape.new_id makes: nothing else names a file
+RESPONSE_ID = re.compile(r"resp_[0-9a-f]{24}")  # what ResponsesShape makes: nothing else names a file
 
 
 class ResponseStore:
