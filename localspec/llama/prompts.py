@@ -247,7 +247,7 @@ class PromptCache:
         nearest = entry.tokens if entry is not None else np.empty(0, np.int32)
         if (n := common_prefix(np.asarray(live, np.int32), want)) > shared:
             shared, nearest = n, np.asarray(live, np.int32)
-        if (gone := max((common_prefix(g, want) for g in self.gone), default=0)) > max(shared, reused):
+        if (gone := max((common_prefix(g, want) for g in list(self.gone)), default=0)) > max(shared, reused):
             return f"an entry sharing {gone} tokens was evicted by the cache's budget (--cache-ram, --cache-disk)"
         if not shared:
             return "no entry shares its start"
