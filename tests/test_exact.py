@@ -95,7 +95,8 @@ def test_exact_batches_change_no_token(target_path: Path, draft_path: Path) -> N
     drafting = LocalSpec.load(exact=True, k=4, gpu_layers=0, draft_gpu_layers=0)
     # Q4_K_M: verify batches below the tiled kernels' 8 rows, and below what this machine's own kernels change at
     # (measured: a CPU's repacked weights take another kernel from 4 rows on some CPUs)
-    assert 1 <= drafting.engine.max_draft <= TILED_MIN_ROWS - 2
+    rows = drafting.engine.max_draft
+    assert rows is not None and 1 <= rows <= TILED_MIN_ROWS - 2
     for (p, kw), tokens in zip(asks, want, strict=True):
         run = drafting.generate(p, max_tokens=120, **kw)
         assert run.result() and run.stats.drafted > 0, json.dumps(run.text)
