@@ -88,6 +88,8 @@ def test_the_store_keeps_the_newest_and_sets_a_damaged_file_aside(
     ids = [f"resp_{i:024x}" for i in range(5)]
     for rid in ids:
         store.put(rid, {"id": rid}, [{"role": "user", "content": rid}])
+        assert store.get(rid) is not None  # at once: a next turn may name it before its file is written
+    store.flush()
     assert [store.get(rid) is not None for rid in ids] == [False, False, True, True, True]
     (tmp_path / f"{ids[4]}.json").write_text('{"response": {"id"')
     assert store.get(ids[4]) is None and len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -554,6 +554,7 @@ def _not_found(rid: str, param: str | None = None) -> ApiError:
 
 def add_route(router: APIRouter, service: Service) -> None:
     store = ResponseStore(responses_dir())
+    router.add_event_handler("shutdown", store.flush)  # a server stopping keeps what it answered
 
     async def stored(rid: str, param: str | None = None) -> dict[str, Any]:
         kept = await anyio.to_thread.run_sync(store.get, rid)  # a file read: off the event loop
