@@ -318,3 +318,15 @@ def test_a_build_with_other_kernels_keys_its_states_apart(monkeypatch: pytest.Mo
     other = model.Build(model.build().version, info.replace("LLAMAFILE = 1 | ", ""), False)
     monkeypatch.setattr(model, "build", lambda: other if "LLAMAFILE" in info else model.Build("", info + "X", False))
     assert model.build_id.__wrapped__() != stock
+
+
+def test_a_write_removes_what_a_process_left_half_written(tmp_path: Path) -> None:
+    folder = tmp_path / "0123456789abcdef"
+    folder.mkdir()
+    old, new = folder / ".x.kv.abc.tmp", folder / ".y.kv.def.tmp"
+    for tmp in (old, new):
+        tmp.write_bytes(b"half")
+    os.utime(old, (1, 1))
+    cache, _ = _cache(tmp_path)
+    _put(cache, [1, 2], b"state")
+    assert not old.exists() and new.exists()  # a write in progress elsewhere is left alone

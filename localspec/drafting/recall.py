@@ -71,14 +71,14 @@ class AnswerStore:
         self._seen = (st.st_mtime_ns, st.st_size)
         return tokens
 
-    def _changed(self) -> bool:
-        """Whether the file is not as this process last read or wrote it (another process's answers, a clear)."""
+    def _stamp(self) -> tuple[int, int] | None:
+        """The file's (mtime, size) now (None: not there, or not to be read)."""
         assert self.path is not None
         try:
             st = self.path.stat()
         except OSError:
-            return self._seen is not None
-        return (st.st_mtime_ns, st.st_size) != self._seen
+            return None
+        return st.st_mtime_ns, st.st_size
 
     def _index(self) -> None:
         pairs = _pairs(self.tokens)
@@ -97,15 +97,14 @@ class AnswerStore:
         added = False
         try:
             with locked(self.path):
-                if self._changed():  # the file's answers are the store's now
+                if self._stamp() != self._seen:  # changed by another process, or cleared: the file's answers are ours
                     self.tokens = self._read()
                     self._index()
                 self._append(entry)
                 added = True
                 with atomic_path(self.path) as part, open(part, "wb") as f:
                     np.save(f, self.tokens, allow_pickle=False)
-                st = self.path.stat()
-                self._seen = (st.st_mtime_ns, st.st_size)
+                self._seen = self._stamp()
         except (OSError, Timeout):  # not saved (a full disk, a lock held too long): kept in this process
             if not added:
                 self._append(entry)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from localspec.files import STALE_SECONDS, atomic_path
+from localspec.files import atomic_path, sweep
 
 MAGIC = b"localspec-kv\x02\n"
 SUFFIX = ".kv"
@@ -414,13 +414,13 @@ class PromptCache:
         assert self.root is not None and self.folder is not None
         held = {self.folder / (name.hex() + SUFFIX) for name in self.held_names()}
         files = []
-        for other in self.root.glob("*/*"):
+        for folder in self._folders():
+            sweep(folder)  # writes a process never finished
+        for other in self.root.glob(f"*/*{SUFFIX}"):
             with contextlib.suppress(OSError):
                 st = other.stat()
-                if other.suffix == SUFFIX and other != path:
+                if other != path:
                     files.append((other in held, st.st_mtime, st.st_size, other))
-                elif other.name.startswith(".") and st.st_mtime < time.time() - STALE_SECONDS:
-                    other.unlink()  # a write a process never finished
         disk = shutil.disk_usage(self.folder)
         margin = min(FREE_MARGIN, disk.total // 20)
         total, free = sum(f[2] for f in files), disk.free
@@ -441,6 +441,14 @@ class PromptCache:
             )
             return False
         return True
+
+    def _folders(self) -> list[Path]:
+        """Every key's folder under the root."""
+        assert self.root is not None
+        try:
+            return [p for p in self.root.iterdir() if p.is_dir()]
+        except OSError:
+            return []
 
     def _drop(self, path: Path, why: str = "") -> None:
         self.files.pop(path, None)
