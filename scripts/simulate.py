@@ -33,13 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from localspec.core.sampling import InvariantSampling, SamplerSettings
+from localspec.core import meter
+from localspec.core.meter import Meter
+from localspec.core.sampling import InvariantSampling, PAt, SamplerSettings
 from localspec.decoding.planner import Planner
+from localspec.decoding.round import Round
 from localspec.drafting import draft_model
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
-from localspec.drafting.policy import BatchProbe, DraftPolicy, Kept
+from localspec.drafting.policy import DraftPolicy, Kept
 
 GREEDY = SamplerSettings(temperature=0)
 # The host's seconds outside llama_decode at the default sampler, as the loop learns them on a 2-core AMD EPYC with
@@ -216,14 +219,14 @@ class SimLoad:
 
 
 class FakeModel:
-    """A draft model that only keeps time: a one-token decode costs `token` seconds, a batch `batch` a token, and
-    the host `host` seconds a call (sampling the token it drafts)."""
+    """A draft model that only keeps time: a one-token decode costs `token` seconds, a batch `batch` a token (each
+    reported to the round's meter as llama.model's are), and the host `host` seconds a call (sampling the token it
+    drafts)."""
 
     def __init__(self, clock: Clock, token: float, batch: float, host: float) -> None:
         self.clock, self.token, self.batch, self.host = clock, token, batch, host
         self.tokens: list[int] = []
         self.n_decoded = 0
-        self.decode_seconds = 0.0
         self._logits = np.zeros((1, 4), np.float32)
 
     def sync(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
@@ -234,7 +237,7 @@ class FakeModel:
         new = len(tokens) - keep
         seconds = self.token if new == 1 else new * self.batch
         self.clock.now += seconds + self.host
-        self.decode_seconds += seconds
+        meter.decoded(new, seconds)
         self.tokens = list(tokens)
         self.n_decoded += new
         return self._logits
@@ -249,6 +252,49 @@ class FakeModel:
         """Nothing to keep: a prompt cache saves no simulated time."""
 
 
+class FakeTarget:
+    """The target on the simulated clock: a batch of n rows costs the profile's curve (`slowed` beside a load);
+    its logits say the text's acceptance `alpha` (the top probability, at the draft model's token 0). Its trim
+    charges the round's fixed host time: the one call each round makes outside its timed spans."""
+
+    n_vocab = 4
+
+    def __init__(self, clock: Clock, profile: Profile, alpha: float, slowed: Callable[[float], float]) -> None:
+        self.clock, self.profile, self.slowed = clock, profile, slowed
+        self._row = np.log(np.array([alpha, *[(1 - alpha) / 3] * 3], np.float32))
+        self._rows: dict[int, np.ndarray] = {}  # by batch size
+
+    def sync(self, tokens: list[int], n_logits: int = 1, skip: Sequence[bool] = ()) -> np.ndarray:
+        seconds = self.slowed(self.profile.verify(n_logits))
+        self.clock.now += seconds
+        meter.decoded(n_logits, seconds)
+        if (rows := self._rows.get(n_logits)) is None:
+            rows = self._rows[n_logits] = np.tile(self._row, (n_logits, 1))
+        return rows
+
+    def trim(self, n: int) -> None:
+        self.clock.now += self.profile.host_round
+
+
+class Verifier(InvariantSampling):
+    """The verification stood in for: each draft token the draft model proposed (token 0) holds with the text's
+    `alpha`, drawn from `rng`, until one does not (a probe's tokens never do); the target's own token (3)
+    follows, and sampling each emitted position costs the host's `position` seconds."""
+
+    def __init__(self, clock: Clock, rng: np.random.Generator, alpha: float, position: float) -> None:
+        super().__init__(0)
+        self.clock, self.rng, self.alpha, self.position = clock, rng, alpha, position
+
+    def verify(self, p_at: PAt, draft: Sequence[int], pos: int) -> tuple[list[int], int]:
+        n = 0
+        while n < len(draft) and draft[n] == 0 and self.rng.random() < self.alpha:
+            p_at(n)
+            n += 1
+        p_at(n)
+        self.clock.now += self.position * (n + 1)
+        return [*draft[:n], 3], n
+
+
 @dataclass
 class Store:
     """What the cost store keeps between runs of one pair: the target's quiet curve, the host's seconds (a round,
@@ -257,6 +303,52 @@ class Store:
     curve: dict[int, float] = field(default_factory=dict)
     host: tuple[float, float, float] = (0.0, 0.0, 0.0)
     kept: Kept = field(default_factory=Kept)
+
+
+@dataclass
+class Machine:
+    """One simulated process's clock, the seconds it spends outside its decoding (its loads and prefills), and the
+    draft model's loads beside the target."""
+
+    profile: Profile
+    clock: Clock = field(default_factory=Clock)
+    outside: float = 0.0
+    loads: list[SimLoad] = field(default_factory=list)
+
+    def spend(self, seconds: float) -> None:
+        """Seconds outside the decoding: a load, a prefill."""
+        self.clock.now += seconds
+        self.outside += seconds
+
+    def slowed(self, seconds: float) -> float:
+        """The target's work of `seconds`, as long as a load beside it makes it (its share while they overlap)."""
+        left = max((load.until - self.clock.now for load in self.loads), default=0.0)
+        if left <= 0:
+            return seconds
+        rate = 1 - self.profile.beside
+        return seconds / rate if seconds <= left * rate else left + seconds - left * rate
+
+    def drafters(self, cost: CostModel | None, policy: DraftPolicy | None) -> list[Drafter]:
+        """The draft model's drafters, loading on this clock (beside the target's work, or on the answer's path)."""
+        p = self.profile
+        model = FakeModel(self.clock, p.draft * p.t1, p.draft_prefill * p.t1, p.host_draft)
+
+        def load(**_: Any) -> FakeModel:
+            self.spend(p.draft_load)
+            return model
+
+        def beside(_: Any, tokens: Sequence[int]) -> SimLoad:
+            self.loads.append(SimLoad(self.clock, model, tokens, p.draft_load))
+            return self.loads[-1]
+
+        return draft_model.drafters(
+            load,  # type: ignore[arg-type]
+            cost,
+            policy=policy,
+            path=Path("draft.gguf"),
+            clock=self.clock,
+            background=beside,  # type: ignore[arg-type]
+        )
 
 
 def _session(
@@ -274,59 +366,35 @@ def _session(
 
     k None with `store`: the default (the policy decides, from and into `store`); k > 0: the draft model at that
     fixed k; `draft` False: the target alone."""
-    clock = Clock()
-    clock.now = profile.target_load
-    outside = [profile.target_load]  # the loads' and the prefills' seconds
-    cost = None
+    machine = Machine(profile)
+    machine.spend(profile.target_load)
+    cost = policy = None
     if store is not None:
         cost = CostModel(dict(store.curve))
         cost.host_round, cost.host_position, cost.host_draft = store.host
-    policy = None
-    drafters: list[Drafter] = []
-    loads: list[SimLoad] = []
-    if draft:
-        model = FakeModel(clock, profile.draft * profile.t1, profile.draft_prefill * profile.t1, profile.host_draft)
-
-        def load(**_: Any) -> FakeModel:
-            clock.now += profile.draft_load
-            outside[0] += profile.draft_load
-            return model
-
-        def beside(_: Any, tokens: Sequence[int]) -> SimLoad:
-            loads.append(SimLoad(clock, model, tokens, profile.draft_load))
-            return loads[-1]
-
-        if store is not None and cost is not None:
+        if draft:
             policy = DraftPolicy.decide(
-                "draft",
-                "draft.gguf",
-                store.kept,
-                cost,
-                bound=profile.bound,
-                loaded_in=profile.target_load,
-                named=False,
-                session=history.session,
-            )
+                "draft", "draft.gguf", store.kept, cost, bound=profile.bound, loaded_in=profile.target_load,
+                named=False, session=history.session,
+            )  # fmt: skip
             cost = policy.cost
-        drafters = draft_model.drafters(
-            load,  # type: ignore[arg-type]
-            cost,
-            policy=policy,
-            path=Path("draft.gguf"),
-            clock=clock,
-            background=beside,  # type: ignore[arg-type]
-        )
+    planner = Planner(machine.drafters(cost, policy) if draft else [], k=k if draft else 0, cost=cost)
+    clock = machine.clock
+    target = FakeTarget(clock, profile, alpha, machine.slowed)
+    verifier = Verifier(clock, rng, alpha, profile.host_position)
+    step = Round(target, planner, GREEDY, verifier, None, cost, Meter(clock))
+    first = _answers(machine, history, planner, step, cost)
+    if store is not None and cost is not None:
+        store.curve = {n: s for n, s in cost.curve().items() if n <= 64}
+        store.host = (cost.host_round, cost.host_position, cost.host_draft)
+        if policy is not None:
+            store.kept = policy.settle(cost, clock.now)
+    return clock.now, first, clock.now - machine.outside
 
-    def slowed(seconds: float) -> float:
-        """The target's work of `seconds`, as long as a load beside it makes it (its share while they overlap)."""
-        left = max((load.until - clock.now for load in loads), default=0.0)
-        if left <= 0:
-            return seconds
-        rate = 1 - profile.beside
-        return seconds / rate if seconds <= left * rate else left + seconds - left * rate
 
-    planner = Planner(drafters, k=k if draft else 0, cost=cost)
-    sampling = InvariantSampling(0)
+def _answers(machine: Machine, history: History, planner: Planner, step: Round, cost: CostModel | None) -> int | None:
+    """The session's answers, each after its prefill, through the real round: the answer position of the draft
+    model's first draft in the first answer (None: it drafted none)."""
     ctx: list[int] = []
     first: int | None = None
     for turn in range(history.turns):
@@ -334,40 +402,21 @@ def _session(
         ctx += [1] * new
         for d in planner.drafters:
             d.begin(len(ctx))
-        seconds = slowed(new * profile.prefill * profile.t1)
-        clock.now += seconds
-        outside[0] += seconds
+        seconds = machine.slowed(new * machine.profile.prefill * machine.profile.t1)
+        machine.spend(seconds)
         if cost is not None:
             cost.observe_prefill(new, seconds)
         ctx.append(2)  # the first token, from the prefill's logits
         out = 1
         while out < history.tokens:
-            room = history.tokens - out - 1
-            plan = planner.plan(ctx, room)
-            drafted = plan.drafter.draft(ctx, plan.k, GREEDY, sampling) if plan.drafter else []
-            if drafted and first is None and turn == 0 and isinstance(plan.drafter, DraftModelDrafter):
+            r = step(ctx, history.tokens - out - 1)
+            if r.drafted and first is None and turn == 0 and isinstance(r.drafter, DraftModelDrafter):
                 first = out
-            n = len(drafted) + 1
-            verify = slowed(profile.verify(n))
-            accepted = 0
-            while accepted < len(drafted) and not isinstance(plan.drafter, BatchProbe) and rng.random() < alpha:
-                accepted += 1
-            sampled = profile.host_position * (accepted + 1)
-            clock.now += verify + profile.host_round + sampled
-            if cost is not None:
-                cost.observe_verify(n, verify)
-                cost.observe_host(profile.host_round, sampled, accepted + 1)
-            ctx += [*drafted[:accepted], 3]  # the accepted draft, then the target's own token
-            out += accepted + 1
-            planner.accept(ctx, replace(plan, k=len(drafted)), accepted, [alpha] * (accepted + 1))
+            ctx += r.tokens
+            out += len(r.tokens)
         for d in planner.drafters:
             d.end(ctx)
-    if store is not None and cost is not None:
-        store.curve = {n: s for n, s in cost.curve().items() if n <= 64}
-        store.host = (cost.host_round, cost.host_position, cost.host_draft)
-        if policy is not None:
-            store.kept = policy.settle(cost, clock.now)
-    return clock.now, first, clock.now - outside[0]
+    return first
 
 
 def simulate(profile: Profile, history: History, alpha: float, runs: int, seed: int = 0) -> dict[str, Any]:

@@ -4,40 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field, replace
-
-import numpy as np
+from dataclasses import dataclass, field
 
 from localspec.core.grammar import Constraint
-from localspec.core.sampling import (
-    Dist,
-    InvariantSampling,
-    OneHot,
-    SamplerSettings,
-    TokenLogprob,
-    process,
-    token_logprob,
-    top_probability,
-)
+from localspec.core.meter import Meter
+from localspec.core.sampling import InvariantSampling, SamplerSettings, TokenLogprob
 from localspec.core.stats import Piece, Stats
 from localspec.core.text import TextStream
-from localspec.decoding.planner import NONE, Planner
+from localspec.decoding.planner import Planner
+from localspec.decoding.round import Round
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.errors import LocalspecError
 from localspec.llama.model import ContextFull, Model
 from localspec.llama.prompts import HOLD_SECONDS
-
-
-@dataclass
-class Round:
-    """What one round emitted: its tokens (the accepted draft first), and how it got them."""
-
-    tokens: list[int]
-    accepted: int
-    drafter: Drafter | None
-    drafted: int
-    logprobs: list[TokenLogprob]  # one per token when asked for
 
 
 @dataclass(frozen=True)
@@ -112,65 +92,25 @@ class Run:
         self.tokens: list[int] = []
         self.logprobs: list[TokenLogprob] | None = None if request.top_logprobs is None else []
         self.planner = Planner([*request.drafters, *engine.drafters], k=engine.k, cost=engine.cost)
-        self._sampling = InvariantSampling(request.seed)
-        self._pending = np.empty((0, engine.target.n_vocab), np.float32)  # target logits already computed
+        self.round = Round(
+            engine.target,
+            self.planner,
+            request.sampler,
+            InvariantSampling(request.seed),
+            request.grammar,
+            engine.cost,
+            Meter(),
+            request.top_logprobs,
+        )
         self._caps = [c for c in (request.max_draft, engine.max_draft) if c is not None]  # on any round's draft
         self.started = False
-
-    def _step(self, ctx: list[int], room: int) -> Round:
-        """One round on ctx. The target cache holds ctx[:-1], or all of ctx when the prefill left the next
-        logits pending; the grammar, if any, has consumed ctx's output."""
-        # Right after the prefill the next token's logits are at hand: emit it before any draft is verified
-        # (the first token comes as soon as the target alone's would; drafting starts from the next round).
-        start, target0, draft0 = time.perf_counter(), self.target.decode_seconds, self._draft_seconds()
-        plan = NONE if len(self._pending) else self.planner.plan(ctx, room)
-        sampler, sampling, grammar, cost = self.request.sampler, self._sampling, self.request.grammar, self.engine.cost
-        t0 = time.perf_counter()
-        draft = plan.drafter.draft(ctx, plan.k, sampler, sampling) if plan.drafter else []
-        drafting = time.perf_counter() - t0 - (self._draft_seconds() - draft0)  # the drafter's own host time
-        if grammar is not None and draft:  # a draft goes only as far as the grammar allows it
-            draft = draft[: grammar.valid_prefix(draft)]
-        # the draft tokens the grammar allows alone: no logits are needed to choose them
-        decided = grammar.decided(draft) if grammar is not None else [False] * len(draft)
-        pending, self._pending = self._pending, self._pending[:0]
-        n_new, t0 = len(draft) + 1 - len(pending), time.perf_counter()
-        logits = iter(self.target.sync(ctx + draft, n_new, decided) if n_new else pending)  # one batch
-        if cost is not None and n_new and not any(decided):  # fewer rows cost less: not the curve
-            cost.observe_verify(n_new, time.perf_counter() - t0)
-        at = [None if d else next(logits) for d in decided] + [next(logits)]  # the target's logits by position
-        rows: list[np.ndarray | None] = []  # at each emitted position, under the grammar
-
-        def p_at(i: int) -> Dist:  # called for i = 0, 1, ... while the draft holds
-            row = at[i]
-            if grammar is not None:
-                if i:
-                    grammar.advance(draft[i - 1])
-                row = None if row is None else grammar.mask(row)
-            rows.append(row)
-            return OneHot(draft[i]) if row is None else process(row, sampler)
-
-        t0 = time.perf_counter()
-        tokens, n = sampling.verify(p_at, draft, len(ctx))
-        sampled = time.perf_counter() - t0
-        if grammar is not None:
-            grammar.advance(tokens[-1])
-        self.target.trim(len(ctx) + n)  # keep the accepted prefix; the new token is decoded next round
-        computed = [r for r in rows if r is not None]
-        sure = [top_probability(computed[-1])] * len(computed) if computed and self.planner.confident else []
-        self.planner.accept(ctx + tokens, plan if plan.k == len(draft) else replace(plan, k=len(draft)), n, sure)
-        top = self.request.top_logprobs
-        logprobs = [token_logprob(r, t, top) for r, t in zip(rows, tokens, strict=True)] if top is not None else []
-        if cost is not None:  # the host's seconds (all but the decodes): per round, and per sampled position
-            decodes = self.target.decode_seconds - target0 + self._draft_seconds() - draft0
-            cost.observe_host(time.perf_counter() - start - decodes - sampled - drafting, sampled, len(computed))
-        return Round(tokens, n, plan.drafter, len(draft), logprobs)
 
     def _prefill(self, prompt: list[int]) -> None:
         self.engine.check_prompt(prompt)
         st, t0, decoded, target = self.stats, time.perf_counter(), self.target.n_decoded, self.target
         if target.prompts is not None:
             target.prompts.use(self.request.cache_key, self.request.cache_hold)
-        self._pending = target.sync(prompt, 1, prompt=True).copy()  # the first new token's, as plain decoding has
+        self.round.pending = target.sync(prompt, 1, prompt=True).copy()  # the first token's, as plain decoding has
         st.prefill_tokens, st.cache_miss = target.n_decoded - decoded, target.cache_miss
         st.prefill_seconds = time.perf_counter() - t0
         if self.engine.cost is not None and st.prefill_tokens > 1:  # what a batch saves, in the first answer too
@@ -186,11 +126,14 @@ class Run:
             d.begin(len(req.prompt), fill=req.fill)
         stream, ctx = TextStream(req.stops), list(req.prompt)
         self._prefill(ctx)
-        t0, target0, draft0 = time.perf_counter(), target.decode_seconds, self._draft_seconds()
+        t0 = time.perf_counter()
         try:
             while st.completion_tokens < req.max_tokens and len(ctx) < target.n_ctx:
                 room = min(req.max_tokens - st.completion_tokens - 1, target.n_ctx - len(ctx), *self._caps)
-                r = self._step(ctx, room)
+                r = self.round(ctx, room)
+                times = self.round.meter.times
+                st.target_seconds += times.decoding("verify")
+                st.draft_seconds += sum(seconds for n, seconds in times.decodes["draft"] if n)
                 st.count_round(r.drafter.name if r.drafter else None, r.drafted, r.accepted)
                 for i, tok in enumerate(r.tokens):
                     if target.is_eog(tok):
@@ -218,12 +161,7 @@ class Run:
             st.wall_seconds = time.perf_counter() - t0
             if st.first_token_seconds is None:
                 st.first_token_seconds = time.perf_counter() - start
-            st.target_seconds = target.decode_seconds - target0
-            st.draft_seconds = self._draft_seconds() - draft0
             target.remember()  # the prompt and answer, for a later prompt that repeats them
             for d in self.planner.drafters:
                 d.end(ctx)
             self.engine.busy_seconds += time.perf_counter() - start
-
-    def _draft_seconds(self) -> float:
-        return sum(d.seconds for d in self.planner.drafters)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from localspec.core.meter import Times
 from localspec.drafting.base import MARGIN, Drafter, Verdict, priced
 from localspec.drafting.costs import CostModel
 
@@ -64,9 +65,11 @@ class Planner:
                 best, rate = Plan(d, k), r
         return probe if best is NONE else best
 
-    def accept(self, ctx: list[int], plan: Plan, accepted: int, confidence: Sequence[float] = ()) -> None:
-        """Every drafter learns from a finished round; ctx already ends with the tokens it emitted, and
-        plan.k is what was drafted."""
-        verdict = Verdict(plan.drafter, plan.k, accepted, confidence, plan.probe)
+    def accept(
+        self, ctx: list[int], plan: Plan, accepted: int, confidence: Sequence[float] = (), times: Times | None = None
+    ) -> None:
+        """Every drafter learns from a finished round; ctx already ends with the tokens it emitted, plan.k is what
+        was drafted, `times` the round's record (Verdict)."""
+        verdict = Verdict(plan.drafter, plan.k, accepted, confidence, plan.probe, times or Times())
         for d in self.drafters:
             d.accept(ctx, verdict)

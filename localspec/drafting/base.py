@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from localspec.core.meter import Times
 from localspec.core.sampling import InvariantSampling, SamplerSettings
 from localspec.drafting.costs import CostModel, amortized, best_k
 
@@ -63,13 +64,15 @@ def wins(offer: Offer, cost: CostModel, room: int) -> bool:
 class Verdict:
     """A finished round: `by` drafted `drafted` tokens (None: the target alone), `accepted` of them held;
     `probe` says the planner took its probe; `confidence` is the target's top probability at each emitted
-    position it computed (given where a drafter is `confident`)."""
+    position it computed (given where a drafter is `confident`); `times` its seconds so far (its verification
+    done) and the decodes it ran."""
 
     by: Drafter | None
     drafted: int
     accepted: int
     confidence: Sequence[float] = ()
     probe: bool = False
+    times: Times = field(default_factory=Times)
 
 
 class Drafter(ABC):
@@ -82,7 +85,6 @@ class Drafter(ABC):
     certain: ClassVar[bool] = False
     # whether it learns from the target's confidence (Verdict.confidence, computed only where a drafter is)
     confident: ClassVar[bool] = False
-    seconds: float = 0.0  # seconds spent computing drafts so far (for overhead accounting)
 
     def begin(self, prompt_len: int, *, fill: bool = False) -> None:
         """A new generation begins; its output follows the first prompt_len tokens of the context. With `fill`

@@ -12,8 +12,11 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from localspec.core.meter import Times
+
 QUIET = 1.15  # a session whose speed is within this factor of the quiet curve may teach the curve a slowdown
 _FLOOR_BATCH = 64  # the batch size whose per-token cost bounds a prefill's
+CATCH_UP = 16  # the fewest tokens of a draft model's catch-up whose time per token is taken for its batched cost
 PROBE_ROWS = 4  # the batch whose cost against one decode says how compute-bound decodes are here (policy.BatchProbe)
 # How much dearer than its size's share a draft token is per unit of the machine's compute-bound share (a smaller
 # model uses the cores less well): fitted to measured draft tokens, docs/benchmarks.md, "The draft model's prior".
@@ -137,6 +140,21 @@ class CostModel:
         self.host_round = _host_learned(self.host_round, fixed)
         if positions:
             self.host_position = _host_learned(self.host_position, sampled / positions)
+
+    def learn(self, times: Times) -> None:
+        """Fold one round's record into the kept costs, the one place a round writes them: the draft model's
+        tokens and catch-ups (decodes in the draft span), the host's time of a draft token, the target's batch
+        (where every row had logits: fewer rows cost less, not the curve), and the host's time of the round."""
+        for n, seconds in times.decodes["draft"]:
+            if n == 1:
+                self.observe_draft(seconds)
+            elif n >= CATCH_UP:
+                self.observe_draft_prefill(seconds / n)
+        if times.decodes["draft"] and times.drafted:
+            self.observe_host_draft(times.draft_host / times.drafted)
+        if times.rows and times.whole:
+            self.observe_verify(times.rows, times.spans["verify"])
+        self.observe_host(times.host, times.spans["sample"], times.positions)
 
     def observe_host_draft(self, seconds_per_token: float) -> None:
         """Fold a draft-model token's host seconds (sampling it, keeping its cache) into the kept one."""

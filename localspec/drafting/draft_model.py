@@ -18,16 +18,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from localspec.core import meter
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
 from localspec.drafting.base import NOTHING, Drafter, Offer, Verdict, wins
-from localspec.drafting.costs import CostModel, best_k
+from localspec.drafting.costs import CATCH_UP, CostModel, best_k
 from localspec.drafting.policy import DRAFT_MAX_K, TRIAL_K, DraftPolicy, Terms, clear_win
 
 if TYPE_CHECKING:
     from localspec.llama.model import Model
-
-_CATCH_UP = 16  # the fewest tokens of a catch-up whose time per token is taken for the draft's batched cost
-
 
 PRIOR_WEIGHT = 5.0  # a kept agreement counts as this many drafted tokens when a run starts
 CONFIDENCE_DECAY = 0.95  # per position: the target's recent confidence spans about its last 20 tokens
@@ -220,7 +218,8 @@ class DraftModelDrafter(Drafter):
     ) -> None:
         """`model`: the draft model, or a function loading it (then `path` names its file): beside the target's
         work through `background` under a `policy`, else at its first draft. `policy`: what the session chose
-        about it (None: a plain drafter the planner prices). `clock`: the time its rounds are measured by."""
+        about it (None: a plain drafter the planner prices). `clock`: the time its loads are measured by (its
+        rounds' is their verdict's)."""
         self._load = model if callable(model) else None
         self._background, self._loading = background, None  # type: Callable[[Load, Sequence[int]], Loading], Loading | None
         self._load_started = 0.0  # when its load began (the clock's)
@@ -233,8 +232,7 @@ class DraftModelDrafter(Drafter):
         self._answer_start, self._answer = 0, 0  # where the answer began, and its tokens so far
         self.recheck_every, self._since = 8, 0  # rounds between rechecks, rounds since it last drafted
         self._probe: str | None = None  # the probe its latest offer held ("trial", "recheck"), taken or not
-        self._round_start = 0.0
-        self._offered_at: float | None = None  # when the round now planned began, while it loads (the clock's)
+        self._beside_load = False  # whether the round now planned runs beside its load
 
     @property
     def loading(self) -> Loading | None:
@@ -243,13 +241,15 @@ class DraftModelDrafter(Drafter):
 
     @property
     def model(self) -> Model:
-        """The draft model, loaded now if it was not yet (its seconds told to the policy)."""
+        """The draft model, loaded now if it was not yet (its seconds told to the policy, and to the round's
+        meter as work of no tokens: no part of its drafting's time)."""
         if self.loaded is None:
             assert self._load is not None
             t0 = self.clock()
             self.loaded = self._load()
+            seconds = self.clock() - t0
+            meter.decoded(0, seconds)
             if self.policy is not None:  # on the answer's path: all of its seconds are the target's
-                seconds = self.clock() - t0
                 self.policy.loaded(seconds, seconds)
         return self.loaded
 
@@ -329,7 +329,7 @@ class DraftModelDrafter(Drafter):
         if self.policy is not None and not self._join(answer):  # loaded beside the target once its offer wins
             if self.policy.preload or terms.trial or (terms.horizon and wins(offer, cost, room)):
                 self.start_loading(ctx)
-            self._offered_at = self.clock() if self._loading is not None else None
+            self._beside_load = self._loading is not None
             return NOTHING
         self._probe = "trial" if terms.trial else self._recheck(room, cost, setup)
         probe = {"trial": min(TRIAL_K, room), "recheck": 1}.get(self._probe or "", 0)
@@ -351,30 +351,17 @@ class DraftModelDrafter(Drafter):
 
     def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
         out: list[int] = []
-        model = self.model  # loaded first, where it was not yet: its load is no part of any timing
-        self._round_start, decoded = self.clock(), model.decode_seconds
+        model = self.model  # loaded first, where it was not yet
         for _ in range(k):
-            t0, n0 = self.clock(), model.n_decoded
             logits = model.sync(ctx + out)[-1]  # catches up on ctx first when behind
-            n, seconds = model.n_decoded - n0, self.clock() - t0
-            if self.cost is not None and n == 1:
-                self.cost.observe_draft(seconds)
-            elif n >= _CATCH_UP:
-                if self.policy is not None:
-                    self.policy.caught_up(seconds)
-                if self.cost is not None:
-                    self.cost.observe_draft_prefill(seconds / n)
             out.append(sampling.pick(process(logits, sampler), len(ctx) + len(out)))  # the target's own noise
-        self.seconds = model.decode_seconds
-        if self.cost is not None and k:  # the host's time per token: sampling it, keeping the cache
-            self.cost.observe_host_draft((self.clock() - self._round_start - (model.decode_seconds - decoded)) / k)
         return out
 
     def accept(self, ctx: list[int], verdict: Verdict) -> None:
-        if self._offered_at is not None and self.cost is not None:  # a round beside its load: what the target lost
+        if self._beside_load and self.cost is not None:  # a round beside its load: what the target lost
             quiet = self.cost.quiet_round(verdict.drafted, verdict.accepted + 1)
-            self.beside += max(self.clock() - self._offered_at - quiet, 0.0)
-            self._offered_at = None
+            self.beside += max(verdict.times.total - quiet, 0.0)
+        self._beside_load = False
         if self.loaded is not None:  # the target keeps all of ctx but its last token
             self.loaded.trim(min(len(self.loaded.tokens), len(ctx) - 1))
         mine = verdict.by is self
@@ -385,8 +372,10 @@ class DraftModelDrafter(Drafter):
             return
         trial = verdict.probe and self._probe == "trial"
         if self.policy is not None and self.cost is not None:  # the round's time against the target alone's
-            seconds, alone = self.clock() - self._round_start, (verdict.accepted + 1) * self.cost.alone
-            self.policy.drafted(seconds, alone, trial=trial)
+            for n, seconds in verdict.times.decodes["draft"]:
+                if n >= CATCH_UP:
+                    self.policy.caught_up(seconds)
+            self.policy.drafted(verdict.times.total, (verdict.accepted + 1) * self.cost.alone, trial=trial)
         if verdict.probe and not trial and self.cost is not None:  # a recheck: back off while it loses
             won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_step)[0] > 0
             self.recheck_every = 8 if won else min(2 * self.recheck_every, 256)

@@ -21,6 +21,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from localspec.core import meter
 from localspec.errors import LocalspecError, Unsupported
 from localspec.files import atomic_path, locked
 from localspec.llama.prompts import PromptCache
@@ -450,7 +451,9 @@ class Model:
             b.n_tokens = len(chunk)
             t0, self._untracked = time.perf_counter(), True  # until its tokens are tracked
             rc = llama_cpp.llama_decode(self._ctx, b)
-            self.decode_seconds += time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
+            self.decode_seconds += seconds
+            meter.decoded(len(chunk), seconds)
             if rc != 0:
                 llama_cpp.llama_memory_seq_rm(self._mem, 0, len(self.tokens), -1)
                 raise LocalspecError(f"{self.name}: llama_decode failed with code {rc}")
