@@ -162,7 +162,7 @@ def _calibrated(paths: dict[str, Path], gpu_layers: int, result: dict[str, Any])
     from localspec.decoding.loader import default_threads
     from localspec.drafting.calibration import calibrate
     from localspec.drafting.costs import best_k
-    from localspec.drafting.policy import ASSUMED_ALPHA, clear_win
+    from localspec.drafting.prior import ASSUMED_ALPHA, clear_win
     from localspec.llama.model import Model
 
     target, draft = (Model(paths[r], n_threads=default_threads(), n_gpu_layers=gpu_layers) for r in ("target", "draft"))

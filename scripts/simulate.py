@@ -42,7 +42,8 @@ from localspec.drafting import draft_model
 from localspec.drafting.base import Drafter
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
-from localspec.drafting.policy import DraftPolicy, Kept
+from localspec.drafting.kept import Kept
+from localspec.drafting.policy import DraftPolicy
 
 GREEDY = SamplerSettings(temperature=0)
 # The host's seconds outside llama_decode at the default sampler, as the loop learns them on a 2-core AMD EPYC with
@@ -57,7 +58,7 @@ class Profile:
     """A machine and a pair: a target decode of n rows costs `curve[n]` one-token decodes (interpolated; each
     row beyond the last adds the last step), one-token decode `t1` seconds; a draft token `draft` of those, a
     draft's catch-up `draft_prefill` per token; the target's prefill `prefill` per token; loads in seconds; the
-    draft's size bound (policy.size_bound of the files); `beside` the share of the target's speed the draft's load
+    draft's size bound (prior.size_bound of the files); `beside` the share of the target's speed the draft's load
     takes while it runs beside the target's decodes."""
 
     name: str

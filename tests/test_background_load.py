@@ -16,7 +16,8 @@ from localspec.decoding.engine import Request
 from localspec.decoding.loader import RunConfig, draft_drafter, load_engine
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import BackgroundLoad
-from localspec.drafting.policy import SESSION_TOKENS, DraftPolicy, Kept
+from localspec.drafting.kept import Kept
+from localspec.drafting.policy import SESSION_TOKENS, DraftPolicy
 from localspec.llama.model import Cancelled
 
 GPU_CURVE = {1: 0.010, 2: 0.010, 4: 0.011, 8: 0.011, 16: 0.012, 32: 0.014, 64: 0.020}  # nearly flat

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from localspec.drafting.costs import CostModel, best_k
-from localspec.drafting.policy import clear_win
+from localspec.drafting.prior import clear_win
 
 ROOT = Path(__file__).resolve().parents[1]
 # Measured on a 2-core AMD EPYC (Q4_K_M target, 2 threads): a CPU, where the 0.5B draft cannot win.

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localspec.drafting.policy import BUDGET, MAX_WAIT, NOISE, Choice, DraftDecision, DraftPolicy, Kept
+from localspec.drafting.kept import BUDGET, MAX_WAIT, NOISE, Choice, DraftDecision, Kept
+from localspec.drafting.policy import DraftPolicy
 from localspec.files import read_json, update_json
 
 TRACE = Path(__file__).parent.parent / "scripts" / "margin-trace.json"

@@ -12,7 +12,9 @@ from localspec.drafting.base import Drafter, Offer, Verdict
 from localspec.drafting.copier import Copier, LineJoin
 from localspec.drafting.costs import CostModel, best_k
 from localspec.drafting.draft_model import Acceptance, DraftModelDrafter
-from localspec.drafting.policy import SEEN_TOKENS, Choice, DraftPolicy, Kept
+from localspec.drafting.kept import Choice, Kept
+from localspec.drafting.policy import DraftPolicy
+from localspec.drafting.prior import SEEN_TOKENS
 
 
 def _cache(cached: list[int] | None = None) -> SimpleNamespace:

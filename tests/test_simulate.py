@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
 
 from simulate import HISTORIES, PROFILES, TEXTS, simulate
 
-from localspec.drafting.policy import SEEN_TOKENS, WIN_MARGIN
+from localspec.drafting.prior import SEEN_TOKENS, WIN_MARGIN
 
 RUNS = 50  # runs a history (the table in docs/benchmarks.md has 100)
 GOAL_RUNS = 20  # runs a cell of the whole table, for the goal below

@@ -15,7 +15,8 @@ from localspec.decoding.loader import RunConfig, default_threads, draft_drafter,
 from localspec.drafting import store
 from localspec.drafting.costs import CostModel
 from localspec.drafting.draft_model import DraftModelDrafter
-from localspec.drafting.policy import DraftDecision, clear_win, promise
+from localspec.drafting.kept import DraftDecision
+from localspec.drafting.prior import clear_win, promise
 from localspec.frontends.conversation import Conversation
 from localspec.machine import draft_verdict, pair_config
 

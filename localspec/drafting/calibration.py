@@ -6,7 +6,7 @@ import time
 
 from localspec.drafting import store
 from localspec.drafting.costs import CostModel
-from localspec.drafting.policy import Kept
+from localspec.drafting.kept import Kept
 from localspec.llama.model import Model
 
 CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)

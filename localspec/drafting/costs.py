@@ -17,7 +17,7 @@ from localspec.core.meter import Times
 QUIET = 1.15  # a session whose speed is within this factor of the quiet curve may teach the curve a slowdown
 _FLOOR_BATCH = 64  # the batch size whose per-token cost bounds a prefill's
 CATCH_UP = 16  # the fewest tokens of a draft model's catch-up whose time per token is taken for its batched cost
-PROBE_ROWS = 4  # the batch whose cost against one decode says how compute-bound decodes are here (policy.BatchProbe)
+PROBE_ROWS = 4  # the batch whose cost against one decode says how compute-bound decodes are here (probe.BatchProbe)
 # How much dearer than its size's share a draft token is per unit of the machine's compute-bound share (a smaller
 # model uses the cores less well): fitted to measured draft tokens, docs/benchmarks.md, "The draft model's prior".
 COMPUTE_PENALTY = 1.6

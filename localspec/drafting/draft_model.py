@@ -22,7 +22,8 @@ from localspec.core import meter
 from localspec.core.sampling import InvariantSampling, SamplerSettings, process
 from localspec.drafting.base import NOTHING, Drafter, Offer, Verdict, wins
 from localspec.drafting.costs import CATCH_UP, CostModel, best_k
-from localspec.drafting.policy import DRAFT_MAX_K, TRIAL_K, DraftPolicy, Terms, clear_win
+from localspec.drafting.policy import DraftPolicy, Recheck, Terms
+from localspec.drafting.prior import DRAFT_MAX_K, TRIAL_K, clear_win
 
 if TYPE_CHECKING:
     from localspec.llama.model import Model
@@ -230,7 +231,7 @@ class DraftModelDrafter(Drafter):
         self.cost, self.policy, self.clock = cost, policy, clock
         self.acceptance = Acceptance.prior(policy.agreement if policy is not None else 1.0)
         self._answer_start, self._answer = 0, 0  # where the answer began, and its tokens so far
-        self.recheck_every, self._since = 8, 0  # rounds between rechecks, rounds since it last drafted
+        self.recheck = Recheck()  # when it is tried again while it loses
         self._probe: str | None = None  # the probe its latest offer held ("trial", "recheck"), taken or not
         self._beside_load = False  # whether the round now planned runs beside its load
 
@@ -345,7 +346,7 @@ class DraftModelDrafter(Drafter):
     def _recheck(self, room: int, cost: CostModel, setup: float) -> str | None:
         """ "recheck" where, loaded, it has lost a while and a clear win may be back (one token: a recheck never
         loads it); None otherwise."""
-        if self.loaded is None or self._since < self.recheck_every or not clear_win(cost, room=room, setup=setup):
+        if self.loaded is None or not self.recheck.due or not clear_win(cost, room=room, setup=setup):
             return None
         return "recheck"
 
@@ -368,7 +369,7 @@ class DraftModelDrafter(Drafter):
         self.acceptance.observe(verdict.drafted if mine else 0, verdict.accepted, verdict.confidence)
         self._answer = len(ctx) - self._answer_start
         if not mine:
-            self._since += 1
+            self.recheck.passed()
             return
         trial = verdict.probe and self._probe == "trial"
         if self.policy is not None and self.cost is not None:  # the round's time against the target alone's
@@ -376,10 +377,11 @@ class DraftModelDrafter(Drafter):
                 if n >= CATCH_UP:
                     self.policy.caught_up(seconds)
             self.policy.drafted(verdict.times.total, (verdict.accepted + 1) * self.cost.alone, trial=trial)
-        if verdict.probe and not trial and self.cost is not None:  # a recheck: back off while it loses
-            won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_step)[0] > 0
-            self.recheck_every = 8 if won else min(2 * self.recheck_every, 256)
-        self._since = 0
+        cost, recheck = self.cost, verdict.probe and not trial and self.cost is not None
+        won = (
+            recheck and cost is not None and best_k(self.acceptance.survival(self.max_k), cost, cost.draft_step)[0] > 0
+        )
+        self.recheck.drafted(recheck=recheck, won=won)
 
 
 def drafters(

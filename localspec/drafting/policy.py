@@ -1,18 +1,19 @@
 """The draft-model policy, whole: a prior, evidence, a choice, bounded regret.
 
-Whether a draft model drafts here, and when, is decided here and nowhere else:
+Whether a draft model drafts here, and when, is decided here (and in the three files this reads: kept, prior,
+probe) and nowhere else:
 
-- **What is kept** per target × draft model (`Kept`, in the cost store beside the target's curve): its measured
+- **What is kept** per target × draft model (`kept.Kept`, in the cost store beside the target's curve): its measured
   costs, its agreement with the target, its load's seconds, and its verdict (`DraftDecision`).
-- **The prior** (`promise`): what a draft model may gain before it has drafted here: a draft token at its size
-  bound (`size_bound`), an acceptance of its agreement (kept, else 1) times the target's confidence in this
+- **The prior** (`prior.promise`): what a draft model may gain before it has drafted here: a draft token at its size
+  bound (`prior.size_bound`), an acceptance of its agreement (kept, else 1) times the target's confidence in this
   answer, against the target's curve as this answer measures it.
 - **Each session's choice** (`DraftPolicy.decide`): `named` (the user chose it: it drafts from its first
   answer), `use` (its verdict), `explore` (never measured here and the prior may promise a clear win: it is
   loaded in this answer where the promise is clear), `try` (a measured loser or a borderline promise, tried
   rarely, within BUDGET of the user's seconds), or `skip`.
 - **Within an answer** (`DraftPolicy` as DraftModelDrafter asks it): it loads beside the target's work, so its
-  load is priced at what it costs the target meanwhile (`load_price`: as measured here, else by the share of the
+  load is priced at what it costs the target meanwhile (`Kept.load_price`: as measured here, else by the share of the
   target's speed such a load takes on a machine like this one), not its wall time; one the user named starts
   loading at once; else it starts once its offer would repay that price and its catch-up over the horizon (one
   in use from the answer's first round, one explored after its first tokens; ski rental: the
@@ -29,26 +30,27 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Literal, NamedTuple
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from localspec.core.sampling import InvariantSampling, SamplerSettings
-from localspec.drafting.base import Drafter, Offer, Verdict
-from localspec.drafting.costs import PROBE_ROWS, CostModel, amortized, best_k
+from localspec.drafting.base import Drafter
+from localspec.drafting.costs import PROBE_ROWS, CostModel
+from localspec.drafting.kept import Choice, Kept
+from localspec.drafting.prior import (
+    SEEN_TOKENS,
+    SIZE_MARGIN,
+    TRIAL_ROUNDS,
+    beside_share,
+    by_size,
+    cannot_win,
+    clear_win,
+    draft_ratio,
+    promise,
+    try_estimate,
+    win_margin,
+)
+from localspec.drafting.probe import BatchProbe
 
-ASSUMED_ALPHA = 0.9  # the acceptance a draft model is judged at where nothing says what the text is like
-# How much faster than the target alone a draft model must promise to be loaded before it has drafted here (a
-# clear win): the prior's costs are bounds and guesses, a one-token cost measured just after a load reads high,
-# and its rounds cost Python time the curve leaves out (docs/benchmarks.md, "The draft model's policy").
-WIN_MARGIN = 1.25
-# A clear win's margin where decodes are memory-bound (a GPU): there the prior's draft token (its size's share of a
-# decode) is what one costs, and a load beside the target costs it little; it rises to WIN_MARGIN as decodes turn
-# compute-bound (CostModel.compute_share up to CPU_SHARE), where the prior errs high.
-MEMORY_BOUND_MARGIN = 1.1
-DRAFT_MAX_K = 16  # the longest draft a draft model makes
-# A draft model on trial (a try, or one the user named) drafts TRIAL_K tokens in this many rounds where nothing
-# else drafts, whatever its price (a guess until then), so that its costs and acceptance are measured.
-TRIAL_ROUNDS, TRIAL_K = 4, 4
 MIN_ANSWER = 32  # a try's trial waits for an answer this long: a shorter one would not repay its load
 # The batch probe waits for a horizon this long (twice SEEN_TOKENS): most short answers end before it, and what it
 # measures could not repay a load over fewer tokens on any machine simulated (docs/benchmarks.md).
@@ -58,237 +60,12 @@ JUDGED_ROUNDS = 8  # its own rounds after which the realized speedup judges a dr
 # dropped within the answer: below 1 by the spread of eight rounds' acceptance (a draft whose rounds win 1.25x at an
 # acceptance of 0.6 realizes less than 0.9 in about one answer in twenty).
 DROP_SPEEDUP = 0.9
-SIZE_MARGIN = 0.75  # a draft token costs at least this share of its file size against the target's, in decodes
 FORGET_RUNS = 16  # runs without drafting after which a kept agreement below 1 is back at 1 (see agreement)
-SEEN_TOKENS = 8  # answer tokens whose confidence is seen before a draft model not loaded yet may be
 ANSWER_DECAY = 0.3  # the weight of a new answer's length in the pair's typical length
-# From a compute-bound share of a decode of CPU_SHARE on, a draft model's first load is priced at CPU_LOAD times the
-# target's: loaded in the middle of an answer on a CPU it competes with the target's threads (docs/benchmarks.md,
-# "The draft model's prior").
-CPU_SHARE, CPU_LOAD = 0.25, 2.0
-MEMORY_SHARE = 0.1  # up to this compute-bound share decodes are memory-bound: a load costs its file's share
-# The share of the target's speed a draft model's load beside it takes, before one was measured here: an upload on
-# a GPU (memory-bound decodes) little of it, a load on the CPU cores the target decodes on about half of it.
-BESIDE_GPU, BESIDE_CPU = 0.1, 0.5
 # The tokens a session (a chat, a server) produces in all, before this pair's sessions were measured: a handful of
 # answers; what its sessions produced (a decayed mean) replaces it.
 SESSION_TOKENS = 1500
-# The verdict's noise band: a verdict flips only beyond 1 +- NOISE, over twice the range of repeated tries' margins
-# (docs/benchmarks.md, "The verdict's noise band").
-NOISE = 0.07
-BUDGET = 0.03  # the most of the user's seconds on a pair that its explorations and tries may cost
-FIRST_WAIT = 1  # runs without the draft model before its first try
-MAX_WAIT = 64  # the longest wait between tries (the machine may change: a busy hour ends, a driver improves)
-
-Choice = Literal["named", "use", "explore", "try", "skip"]
-
-
-@dataclass
-class DraftDecision:
-    """The kept verdict of one target on one draft model, with its exploration budget (see the module)."""
-
-    uses: bool = False  # the verdict: the draft model drafts in every run
-    margin: float | None = None  # the learned margin at the last settle (None: never measured here)
-    runs: int = 0  # runs since the draft model was last loaded
-    wait: int = FIRST_WAIT  # runs without it before it is tried again
-    user_seconds: float = 0.0  # the user's seconds on this pair, all runs
-    try_seconds: float = 0.0  # of which explorations, tries and ended uses lost at most this
-    last_try: float | None = None  # what the last try cost: the next one's estimate
-
-    @classmethod
-    def from_json(cls, data: Any) -> DraftDecision:
-        """The kept decision; a missing or damaged one starts afresh (as on a new machine)."""
-        if not isinstance(data, dict):
-            return cls()
-        kept: dict[str, Any] = {}
-        for f in fields(cls):
-            value = data.get(f.name)
-            ok = isinstance(value, bool) if f.name == "uses" else _count(value, whole=f.name in ("runs", "wait"))
-            if ok:
-                kept[f.name] = value
-        return cls(**kept)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def choice(self, estimate: float, *, may_win: bool = True) -> Choice:
-        """This run's: use the draft model, explore it (never measured here, and `may_win` by its prior), try it
-        (a rare exploration within the budget), or skip it. `estimate` is what a try would cost, in seconds,
-        before one was measured; a try starts only where the budget would hold at twice that."""
-        if self.uses:
-            return "use"
-        if self.margin is None and may_win:
-            return "explore"
-        cost = self.last_try if self.last_try is not None else estimate
-        if self.runs >= self.wait and self.try_seconds + 2 * cost <= BUDGET * self.user_seconds:
-            return "try"
-        return "skip"
-
-    def settle(self, choice: Choice, *, margin: float | None, seconds: float, lost: float = 0.0) -> None:
-        """Fold in a finished run: its choice ("skip" where the draft model never loaded), its margin (the
-        realized speedup, or the promise of its measured costs; None where unknown), the user's `seconds`, and
-        what the draft model `lost` against the target alone (its load and its rounds).
-
-        An exploration or a try that keeps it out, like a use that ends, doubles the wait before the next try,
-        so a draft model near the threshold is explored ever more rarely, within the budget."""
-        self.user_seconds += seconds
-        self.runs = 0 if choice != "skip" else self.runs + 1
-        explored = choice in ("explore", "try")
-        if explored:
-            self.try_seconds += lost
-            self.last_try = lost
-        if margin is not None:  # evidence accumulates: one answer's luck moves the margin halfway
-            margin = self.margin = margin if self.margin is None else (self.margin + margin) / 2
-            if self.uses and margin < 1 - NOISE:
-                self.uses, self.try_seconds = False, self.try_seconds + lost
-                self.wait = min(2 * max(self.wait, FIRST_WAIT), MAX_WAIT)
-            elif not self.uses and margin > 1 + NOISE:
-                self.uses = True
-        if explored and not self.uses:
-            self.wait = min(2 * max(self.wait, FIRST_WAIT), MAX_WAIT)
-
-
-@dataclass
-class Kept:
-    """What is kept of one draft model next to one target: its quiet costs (None: never measured here), its
-    agreement with the target's confidence (draft_model.Acceptance), its load's seconds, and its verdict."""
-
-    decision: DraftDecision = field(default_factory=DraftDecision)
-    draft: float | None = None
-    draft_prefill: float | None = None
-    agreement: float | None = None
-    load: float | None = None
-    beside: float | None = None  # what its load beside the target cost the target, in seconds
-    answer: float | None = None  # how long this pair's answers are, in tokens (a decayed mean)
-    session: float | None = None  # how many tokens this pair's sessions (chats, servers) produce (a decayed mean)
-
-    TABLES: ClassVar[tuple[str, ...]] = ("draft", "draft_prefill", "agreement", "load", "beside", "answer", "session")
-    STORED: ClassVar[dict[str, str]] = {
-        "load": "draft_load",
-        "beside": "draft_load_beside",
-        "answer": "answer_tokens",
-        "session": "session_tokens",
-    }  # a table's name in the store where it differs
-
-    @classmethod
-    def from_entry(cls, entry: dict[str, Any], draft_key: str) -> Kept:
-        """What a target's entry in the cost store keeps of `draft_key` (a damaged value: not kept)."""
-        decisions = entry.get("decisions")
-        kept = cls(DraftDecision.from_json(decisions.get(draft_key) if isinstance(decisions, dict) else None))
-        for name in cls.TABLES:
-            setattr(kept, name, positive(entry.get(cls.STORED.get(name, name)), draft_key))
-        return kept
-
-    def into(self, entry: dict[str, Any], draft_key: str) -> None:
-        """Write what is known into a target's entry of the cost store (a table of the wrong shape starts afresh)."""
-        values: dict[str, Any] = {"decisions": self.decision.to_json()}
-        values |= {self.STORED.get(n, n): getattr(self, n) for n in self.TABLES if getattr(self, n) is not None}
-        for table, value in values.items():
-            if not isinstance(entry.get(table), dict):
-                entry[table] = {}
-            entry[table][draft_key] = value
-
-    @property
-    def measured(self) -> bool:
-        return self.draft is not None
-
-    def price(self, cost: CostModel) -> None:
-        """Give `cost` the draft model's kept costs (measured: `measured`)."""
-        cost.draft, cost.draft_prefill = self.draft or 0.0, self.draft_prefill or 0.0
-        cost.bound()
-
-    def load_or_estimate(self, cost: CostModel, size_ratio: float, loaded_in: float) -> float:
-        """What its load takes here: as it last took, else as `load_estimate` expects."""
-        return self.load if self.load is not None else load_estimate(cost, size_ratio, loaded_in)
-
-    def load_price(self, cost: CostModel, size_ratio: float, loaded_in: float) -> float:
-        """What its load beside the target costs the target: as measured when it last loaded, else its load's
-        seconds times the share of the target's speed such a load takes here (`beside_share`)."""
-        if self.beside is not None:
-            return self.beside
-        return self.load_or_estimate(cost, size_ratio, loaded_in) * beside_share(cost)
-
-
-def positive(table: Any, key: str) -> float | None:
-    """table[key] where it is a positive finite number (a kept time or ratio); None otherwise."""
-    value = table.get(key) if isinstance(table, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
-        return float(value)
-    return None
-
-
-def size_bound(target_bytes: int, draft_bytes: int) -> float:
-    """A draft token's least cost in target decodes, by file size: a decode reads every weight once, and a
-    smaller model uses the machine about as well per byte (hence SIZE_MARGIN)."""
-    return SIZE_MARGIN * draft_bytes / target_bytes
-
-
-def by_size(cost: CostModel, bound: float) -> CostModel:
-    """The best a draft model not measured yet may cost here: a draft token at its size bound (`bound`, in
-    target decodes), and batches larger than any measured no dearer than the largest measured."""
-    curve = cost.curve()
-    curve.setdefault(64, max(curve.values()))
-    return CostModel(
-        curve,
-        draft=bound * cost.verify_cost(1),
-        host_round=cost.host_round,
-        host_position=cost.host_position,
-        host_draft=cost.host_draft,
-    )
-
-
-def promise(
-    cost: CostModel, *, alpha: float = ASSUMED_ALPHA, room: int = 16, setup: float = 0.0, margin: float = WIN_MARGIN
-) -> float:
-    """A draft model's promised speedup over the target alone at acceptance `alpha` (amortizing `setup` seconds
-    over `room` tokens), over `margin`: above 1 it promises a clear win; 0 where no k wins at all."""
-    survival = [alpha**j for j in range(1, min(room, DRAFT_MAX_K) + 1)]
-    k, rate = best_k(survival, cost, cost.draft_step)
-    return amortized(rate, setup, room) * cost.alone / margin if k else 0.0
-
-
-def clear_win(cost: CostModel, **at: Any) -> bool:
-    """Whether a draft model with these costs promises to beat the target alone by WIN_MARGIN (or the `margin`
-    given: `promise`). On a CPU, where a batch of k tokens costs nearly k single decodes, it never does with a
-    Q4_K target."""
-    return promise(cost, **at) > 1
-
-
-def load_estimate(cost: CostModel, size_ratio: float, loaded_in: float) -> float:
-    """What a draft model's first load here may take, the target's having taken `loaded_in`: its file's share of
-    that where decodes are memory-bound (a load is a copy), up to CPU_LOAD times it as they are compute-bound (a
-    load in the middle of an answer, beside the target on a CPU, is slower than on its own: `compute_bound`)."""
-    if not cost.measured:
-        return CPU_LOAD * loaded_in
-    return loaded_in * (size_ratio + (CPU_LOAD - size_ratio) * compute_bound(cost, above=MEMORY_SHARE))
-
-
-def compute_bound(cost: CostModel, *, above: float = 0.0) -> float:
-    """How compute-bound decodes are here, 0-1: 0 up to a compute-bound share of `above`, 1 from CPU_SHARE on (a
-    CPU whose cores a load beside the target competes for), linear between; 1 before any decode was measured."""
-    if not cost.measured:
-        return 1.0
-    return min(max((cost.compute_share() - above) / (CPU_SHARE - above), 0.0), 1.0)
-
-
-def beside_share(cost: CostModel) -> float:
-    """The share of the target's speed a draft model's load beside it takes, before one was measured: BESIDE_GPU
-    where decodes are memory-bound, up to BESIDE_CPU as they are compute-bound (its load then shares the cores)."""
-    return BESIDE_GPU + (BESIDE_CPU - BESIDE_GPU) * compute_bound(cost)
-
-
-def win_margin(cost: CostModel) -> float:
-    """The promise a draft model not measured here must make to be explored: MEMORY_BOUND_MARGIN where decodes
-    are memory-bound, up to WIN_MARGIN as they are compute-bound (where the prior errs high)."""
-    return MEMORY_BOUND_MARGIN + (WIN_MARGIN - MEMORY_BOUND_MARGIN) * compute_bound(cost)
-
-
-def try_estimate(bound: float, cost: CostModel, load: float) -> float:
-    """What a first try of a draft model may cost here: its `load` (kept, else at most the target's) and its
-    trial rounds, each TRIAL_K draft tokens (`bound` target decodes each) and a larger batch than the target
-    alone's (priced by the curve, guessed high where not measured)."""
-    one = cost.verify_cost(1)
-    return load + TRIAL_ROUNDS * (TRIAL_K * bound * one + cost.verify_cost(TRIAL_K + 1) - one)
+RECHECK_EVERY, RECHECK_MAX = 8, 256  # rounds between rechecks of a losing draft model: at first, at most
 
 
 @dataclass
@@ -317,6 +94,30 @@ class Realized:
         """Whether its rounds, judged, lose clearly: below DROP_SPEEDUP of the target alone's speed."""
         speedup = self.speedup()
         return speedup is not None and speedup < DROP_SPEEDUP
+
+
+@dataclass
+class Recheck:
+    """When a loaded draft model that loses is tried again with one token (a recheck, where a clear win may be back
+    as the text gets easier): once it has not drafted for `every` rounds; each recheck that loses doubles the wait
+    (up to RECHECK_MAX), one that wins brings it back to RECHECK_EVERY."""
+
+    every: int = RECHECK_EVERY
+    since: int = 0  # rounds since it last drafted
+
+    @property
+    def due(self) -> bool:
+        return self.since >= self.every
+
+    def passed(self) -> None:
+        """A round it did not draft."""
+        self.since += 1
+
+    def drafted(self, *, recheck: bool, won: bool) -> None:
+        """It drafted a round (a `recheck`, whose costs and acceptance now say it `won` or not)."""
+        if recheck:
+            self.every = RECHECK_EVERY if won else min(2 * self.every, RECHECK_MAX)
+        self.since = 0
 
 
 class Terms(NamedTuple):
@@ -538,65 +339,6 @@ class DraftPolicy:
         return kept
 
 
-class BatchProbe(Drafter):
-    """What a small batch costs here, measured once before a draft model is explored for it, where the horizon
-    could repay a load (`DraftPolicy.worth_measuring`: in a short answer nothing it measures could matter).
-
-    Whether a draft model can win turns on what verifying a few tokens at once costs against one: on a GPU about
-    the same, on a CPU nearly as much as decoding them one by one, and a prefill (hundreds of tokens, logits at one
-    row) says little of it. Where the kept curve does not know them, it probes: it proposes the last token again
-    so that a batch of 2 rows and one of PROBE_ROWS are verified, once each. The target keeps a guessed token only
-    where it is the target's own, so the text is unchanged, and the batches' times teach the curve (about one extra
-    decode, once per machine) and tell a compute-bound machine from the Metal backend's dearer 2-row shape
-    (CostModel.compute_share)."""
-
-    name = "batch_probe"
-
-    def __init__(self, policy: DraftPolicy) -> None:
-        self.policy = policy
-        self.done: set[int] = set()  # the batch sizes it measured
-        self._answer_start, self._offered = 0, 1
-
-    def begin(self, prompt_len: int, *, fill: bool = False) -> None:
-        self._answer_start = prompt_len
-
-    def offer(self, ctx: list[int], k_max: int, room: int, cost: CostModel | None) -> Offer:
-        self._offered = self._rows(ctx, room, cost)
-        return Offer(probe=self._offered - 1)
-
-    def _rows(self, ctx: list[int], room: int, cost: CostModel | None) -> int:
-        """The batch to measure now (1: none)."""
-        wanted = cost is not None and self.policy.choice == "explore" and not self.policy.dropped and 1 in cost.verify
-        answer = len(ctx) - self._answer_start
-        # after the answer's first tokens: the first decodes after a load run slow, and the text is seen by then
-        if not wanted or room < PROBE_ROWS - 1 or answer < SEEN_TOKENS:
-            return 1
-        assert cost is not None
-        if not self.policy.worth_measuring(answer, room):  # nothing it measures could matter yet
-            return 1
-        # the smaller first: each is then beyond the largest measured, taken as is
-        return next((n for n in (2, PROBE_ROWS) if n not in cost.verify and n not in self.done), 1)
-
-    def draft(self, ctx: list[int], k: int, sampler: SamplerSettings, sampling: InvariantSampling) -> list[int]:
-        return ctx[-1:] * k
-
-    def accept(self, ctx: list[int], verdict: Verdict) -> None:
-        if verdict.by is self:  # measured, or cut by a grammar: asked once either way
-            self.done.add(self._offered)
-
-
-def draft_ratio(cost: CostModel) -> str:
-    return f"a draft token costs {cost.draft_token / cost.verify_cost(1):.2f} target decodes"
-
-
-def cannot_win(why: str) -> str:
-    """What is said of a draft model left out because it cannot win here."""
-    return (
-        f"not loaded: here it cannot beat the target alone by {WIN_MARGIN:.2f}x even at {ASSUMED_ALPHA:.0%} "
-        f"acceptance ({why})"
-    )
-
-
 def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
     """What `localspec generate` does with the draft model here, in words (`localspec doctor`)."""
     if cost is None:
@@ -614,9 +356,3 @@ def verdict(kept: Kept, cost: CostModel | None, bound: float) -> str:
         return f"used where it wins ({draft_ratio(cost)}); it loads beside the target's work where its load is repaid"
     tries = f"tried again after {max(decision.wait - decision.runs, 0)} more runs, within the budget for tries"
     return f"{cannot_win(draft_ratio(cost))}; {tries}"
-
-
-def _count(value: Any, *, whole: bool) -> bool:
-    """Whether a kept value is a non-negative finite number (an int where `whole`)."""
-    kinds = (int,) if whole else (int, float)
-    return isinstance(value, kinds) and not isinstance(value, bool) and 0 <= value < float("inf")

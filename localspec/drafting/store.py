@@ -2,7 +2,7 @@
 
 A target's entry, under its key (`key`: its file and the settings it was loaded with), holds its verify curve, the
 host's seconds outside llama_decode, and what is kept of each draft model beside it under the draft's key
-(policy.Kept: its costs, agreement, load, answers and verdict). Keys are made here and nowhere else, so `doctor`,
+(kept.Kept: its costs, agreement, load, answers and verdict). Keys are made here and nowhere else, so `doctor`,
 `generate`, `serve` and the bench read one entry for the same settings. Calibration measures; this keeps.
 """
 
@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localspec.drafting.costs import CostModel
-from localspec.drafting.policy import DraftPolicy, Kept, positive, size_bound
+from localspec.drafting.kept import Kept, positive
+from localspec.drafting.policy import DraftPolicy
+from localspec.drafting.prior import size_bound
 from localspec.files import read_json, update_json
 from localspec.paths import cache_dir
 
@@ -68,7 +70,7 @@ def kept(target_key: str, draft_key: str) -> Kept:
 
 
 def file_bound(target_path: Path, draft_path: Path) -> float:
-    """The size bound of a pair's files (policy.size_bound)."""
+    """The size bound of a pair's files (prior.size_bound)."""
     return size_bound(target_path.stat().st_size, draft_path.stat().st_size)
 
 
