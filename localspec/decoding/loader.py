@@ -79,6 +79,13 @@ class RunConfig:
             return target, None
         return target, resolve(d_default.name if self.draft == "auto" else self.draft)
 
+    def pinned(self) -> RunConfig:
+        """This config with its files found (`paths`) and its context resolved, once: what a command asking several
+        things of one pair (its keys, its verdict, its costs) passes on."""
+        target, draft = self.paths()
+        pinned = replace(self, target=str(target), draft=str(draft) if draft is not None else self.draft)
+        return with_context(pinned, target)
+
 
 def with_context(cfg: RunConfig, target_path: Path) -> RunConfig:
     """cfg with its context in tokens: ctx 0 is the target's trained context, up to TRAINED_CTX_CAP."""

@@ -39,7 +39,7 @@ def learned_curve(cfg: RunConfig) -> str:
 
 def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> None:
     """Print the build, the models here, the default pair's verdict and learned costs, and each model's speed."""
-    from localspec.models.catalog import default_pair, resolve
+    from localspec.models.catalog import default_pair
     from localspec.models.inventory import find_models
     from localspec.models.vocab import mismatch
 
@@ -73,8 +73,9 @@ def run_doctor(*, seconds: float, threads: int | None, recalibrate: bool) -> Non
     cfg = pair_config(threads)
     n_threads = cfg.threads or default_threads()
     try:
-        t, d = resolve(t_model.name), resolve(d_model.name)
-        problem = mismatch(t, d)
+        cfg = cfg.pinned()  # the pair's files and context found once, for every line below
+        t, d = cfg.paths()
+        problem = mismatch(t, d) if d is not None else None
         print(f"default pair {t_model.name} + {d_model.name}: {problem if problem else 'compatible'}")
         if recalibrate and not problem:
             recalibrate_pair(cfg)
