@@ -39,7 +39,7 @@ from localspec.llama.model import ContextFull, Model
 from localspec.llama.prompts import HOLD_SECONDS
 from localspec.llama.template import Message, chat_tokens, fim_tokens, raw_tokens, supports_tools, tool_tags
 from localspec.models.catalog import catalog, default_pair
-from localspec.settings import checked, default
+from localspec.settings import MODELS, RUN, SAMPLER, checked, default
 
 __all__ = [
     "ANY_JSON_OBJECT",
@@ -394,57 +394,29 @@ def run_config(
     *,
     no_draft: bool = False,
     copier: bool = True,
-    k: int | str = default("k"),
-    temperature: float = default("temperature"),
-    top_k: int = default("top_k"),
-    top_p: float = default("top_p"),
-    min_p: float = default("min_p"),
-    seed: int | None = default("seed"),
-    ctx: int = default("ctx"),
-    threads: int | None = default("threads"),
-    gpu_layers: int = default("gpu_layers"),
-    draft_gpu_layers: int = default("draft_gpu_layers"),
-    flash_attn: bool = default("flash_attn"),
-    exact: bool = default("exact"),
-    cache_ram: int = default("cache_ram"),
-    cache_disk: int = default("cache_disk"),
-    recall: bool = default("recall"),
     drafters: Sequence[str] = (),
+    **settings: Any,
 ) -> RunConfig:
-    """What loading a pair and sampling from it need, each value checked against the settings table
-    (ValueError naming it): the one place a RunConfig is made. `no_draft` runs the target alone, `copier`
+    """What loading a pair and sampling from it need: the one place a RunConfig is made. `settings` are the run
+    settings of the settings table (localspec.settings.RUN: k, temperature, top_k, top_p, min_p, seed, ctx,
+    threads, gpu_layers, draft_gpu_layers, flash_attn, exact, cache_ram, cache_disk, recall), each checked
+    against it (ValueError naming it; TypeError for a name it lacks). `no_draft` runs the target alone, `copier`
     keeps the copier beside a draft model, and `drafters` names registered drafters
     (localspec.drafting.base.register) to try before the built-in ones."""
-    values = {
-        "k": k,
-        "seed": seed,
-        "ctx": ctx,
-        "threads": threads,
-        "gpu_layers": gpu_layers,
-        "draft_gpu_layers": draft_gpu_layers,
-        "cache_ram": cache_ram,
-        "cache_disk": cache_disk,
-    }
-    for name, value in values.items():
-        checked(name, value)
+    if unknown := sorted(set(settings) - set(RUN[len(MODELS) :])):
+        raise TypeError(f"run_config() got unexpected keyword arguments: {', '.join(unknown)}")
+    values = {name: checked(name, settings.get(name, default(name))) for name in RUN[len(MODELS) :]}
+    sampler = SamplerSettings(*(values.pop(name) for name in SAMPLER))
+    k = values.pop("k")
     return RunConfig(
         target=target,
         draft=draft,
         no_draft=no_draft,
         copier=copier,
         k=None if k == "auto" else int(k),
-        sampler=SamplerSettings(temperature, top_k, top_p, min_p),
-        seed=seed,
-        ctx=ctx,
-        threads=threads,
-        gpu_layers=gpu_layers,
-        draft_gpu_layers=draft_gpu_layers,
-        flash_attn=flash_attn,
-        exact=exact,
-        cache_ram=cache_ram,
-        cache_disk=cache_disk,
-        recall=recall,
+        sampler=sampler,
         drafters=tuple(drafters),
+        **values,
     )
 
 

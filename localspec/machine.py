@@ -38,7 +38,7 @@ from localspec.llama.model import (
 from localspec.llama.model import requantize as requantize_model
 from localspec.llama.prompts import clear, folder_usage
 from localspec.models.catalog import default_pair, resolve
-from localspec.settings import default
+from localspec.settings import HARDWARE, default
 
 __all__ = [
     "COPIER",
@@ -100,8 +100,7 @@ def pair_config(threads: int | None = None) -> RunConfig:
     from localspec.config import load_config
 
     settings: dict[str, Any] = load_config()
-    names = ("ctx", "threads", "gpu_layers", "draft_gpu_layers", "flash_attn")
-    return run_config(**{n: settings[n] for n in names if n in settings} | ({"threads": threads} if threads else {}))
+    return run_config(**{n: settings[n] for n in HARDWARE if n in settings} | ({"threads": threads} if threads else {}))
 
 
 def draft_verdict(cfg: RunConfig) -> str:

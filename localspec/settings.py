@@ -361,6 +361,11 @@ def default(name: str, command: str | None = None) -> Any:
 # Which config-file settings reach which command (bench keeps its own greedy sampler unless told).
 MODELS = ("target", "draft")
 HARDWARE = ("gpu_layers", "draft_gpu_layers", "threads", "ctx", "flash_attn")
+SAMPLER = ("temperature", "top_k", "top_p", "min_p")
+# The settings of a run, declared once: the options of every command that loads a pair and samples (generate, chat,
+# serve), LocalSpec.load's and run_config's keywords, RunConfig's fields.
+RUN = (*MODELS, "k", *SAMPLER, "seed", "ctx", "threads", "gpu_layers", "draft_gpu_layers", "flash_attn", "exact",
+       "cache_ram", "cache_disk", "recall")  # fmt: skip
 CONFIG_KEYS = tuple(name for name, s in SETTINGS.items() if s.in_config)
 COMMANDS = {"generate": CONFIG_KEYS, "chat": CONFIG_KEYS, "serve": CONFIG_KEYS, "bench": MODELS + HARDWARE}
 CHAT_SETTABLE = tuple(name for name, s in SETTINGS.items() if s.in_chat)

@@ -175,3 +175,28 @@ def test_every_default_is_the_settings_tables() -> None:
     server = ServerSettings()
     for name in ("host", "port", "max_queue", "max_connections", "client_timeout", "max_body"):
         assert getattr(server, name) == default(name), name
+
+
+def test_the_run_settings_are_declared_once() -> None:
+    """settings.RUN is where a run's settings are named: every one is an option of each command that loads a pair
+    (generate, chat, serve), a keyword run_config and LocalSpec.load take (the table's checks applied), and a
+    field of RunConfig (the sampler's gathered in its SamplerSettings); a name outside it is refused."""
+    import dataclasses
+
+    import typer
+
+    from localspec.api import run_config
+    from localspec.decoding.loader import RunConfig
+    from localspec.settings import RUN, SAMPLER
+
+    commands = {c.name: c for c in typer.main.get_command(app).commands.values()}  # type: ignore[attr-defined]
+    for name in ("generate", "chat", "serve"):
+        assert set(RUN) <= {p.name for p in commands[name].params}, name
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(RUN) - set(SAMPLER) <= fields
+    cfg = run_config(k=3, temperature=0.5, exact=True, cache_disk=0)
+    assert (cfg.k, cfg.sampler.temperature, cfg.exact, cfg.cache_disk) == (3, 0.5, True, 0)
+    with pytest.raises(ValueError, match="cache_ram"):
+        run_config(cache_ram=-1)
+    with pytest.raises(TypeError, match="kv"):
+        run_config(kv=3)

@@ -19,7 +19,7 @@ from localspec.api import RunConfig, run_config, structure_grammar
 from localspec.errors import LocalspecError
 from localspec.frontends.conversation import LATEST
 from localspec.frontends.models import models_app
-from localspec.settings import SETTINGS, default
+from localspec.settings import MODELS, RUN, SETTINGS, default
 
 app = typer.Typer(
     add_completion=False,
@@ -47,32 +47,13 @@ def _flag(*names: str, help: str) -> Any:
     return Annotated[bool, typer.Option(*names, help=help)]
 
 
-# The options of every command that loads the pair and samples (generate, chat, serve), made once.
+# The options of every command that loads the pair and samples (generate, chat, serve), made once from the
+# settings table's run settings (settings.RUN), with the two flags that choose what drafts.
 _RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "target": (_opt("target"), SETTINGS["target"].default),
-    "draft": (_opt("draft"), SETTINGS["draft"].default),
+    **{name: (_opt(name), SETTINGS[name].default) for name in MODELS},
     "no_draft": (_flag("--no-draft", help="Run the target alone through the same sampler (the baseline)."), False),
     "no_copier": (_flag("--no-copier", "--no-ngram", help="Draft with the draft model only: no copier."), False),
-    **{
-        name: (_opt(name), SETTINGS[name].default)
-        for name in (
-            "k",
-            "temperature",
-            "top_k",
-            "top_p",
-            "min_p",
-            "seed",
-            "ctx",
-            "threads",
-            "gpu_layers",
-            "draft_gpu_layers",
-            "flash_attn",
-            "exact",
-            "cache_ram",
-            "cache_disk",
-            "recall",
-        )
-    },
+    **{name: (_opt(name), SETTINGS[name].default) for name in RUN[len(MODELS) :]},
 }
 
 
