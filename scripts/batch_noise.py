@@ -7,7 +7,7 @@
 Each prompt's greedy answer is decoded one token at a time, then again in verify-like batches (the whole
 answer, 8 and 3 at a time, after the prompt whole or split); at every position the change of the gap
 between the one-token path's top two tokens is recorded. Tests call outputs that part at a gap below
-tests/conftest.py's NEAR_TIE a near tie, so NEAR_TIE must sit above this distribution's tail.
+tests/support/same.py's NEAR_TIE a near tie, so NEAR_TIE must sit above this distribution's tail.
 """
 
 from __future__ import annotations

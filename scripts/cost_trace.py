@@ -6,7 +6,7 @@ Each letter is one run of the default pair, as `localspec generate` makes it: th
 costs.json, one sampled answer of 120 tokens, the learned costs saved. In a B run two busy loops hold the
 cores (`sh -c 'while :; do :; done'`); a Q run is quiet. Every target decode and draft token the cost model
 observes is recorded, with the costs.json entry after the first run as "calibrated": the fixture that
-tests/test_costs.py replays through the cost model's load-learn-save cycle. Use an empty cache directory.
+tests/unit/test_costs.py replays through the cost model's load-learn-save cycle. Use an empty cache directory.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ thread while the target decodes alone (the load's seconds, the token the target 
 the target's decodes), runs the default against `--no-draft` (greedy; outputs compared by the near-tie rule; the
 token the draft model joined at), replays the recorded answers (scripts/replay.py) against the
 measured curve for the copier's predicted speedups, and writes one table to --out (gpu-table.md, .json).
-Everything but the CUDA build runs on a CPU too (`run --gpu-layers 0`, tested in tests/test_gpu_check.py).
+Everything but the CUDA build runs on a CPU too (`run --gpu-layers 0`, tested in tests/model/test_gpu_check.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 A first `localspec generate` learns the target's costs in an empty cache; then every run starts from a copy of
 that cache with the decision set to try the draft model now, answers the prompt (the draft drafting its trial
 rounds, then as the planner prices it), and settles: each run's margin (1.0: at the threshold) and seconds
-are recorded, with their mean and spread. The recorded runs are the history tests/test_decision.py replays.
+are recorded, with their mean and spread. The recorded runs are the history tests/unit/test_decision.py replays.
 """
 
 from __future__ import annotations
