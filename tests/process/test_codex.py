@@ -32,11 +32,14 @@ def agent_server(target_path: Path, draft_path: Path) -> Iterator[Server]:
     assert "Traceback" not in s.log_path.read_text()
 
 
-@pytest.fixture
-def codex_home(tmp_path: Path, agent_server: Server) -> Path:
-    home = tmp_path / "codex-home"
+@pytest.fixture(scope="module")
+def codex_home(tmp_path_factory: pytest.TempPathFactory, agent_server: Server) -> Path:
+    """One Codex home for the module: its path is in Codex's prompt, so the tests share the prompt's long start
+    (tools and instructions) as one user's sessions do, and the server's prompt cache holds it."""
+    root = tmp_path_factory.mktemp("codex")
+    home = root / "codex-home"
     home.mkdir()
-    instructions = tmp_path / "instructions.md"
+    instructions = root / "instructions.md"
     instructions.write_text(
         "You are a coding agent in a terminal. Answer briefly. Run shell commands with exec_command.\n"
     )
