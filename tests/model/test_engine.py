@@ -47,19 +47,19 @@ def reference(target_path) -> Llama:
     return new_llama(model_path=str(target_path), n_ctx=2048, verbose=False)
 
 
-@pytest.mark.parametrize("text", PROMPTS)
-def test_greedy_equals_target_alone_and_llama_cpp(target, draft, reference, text) -> None:
+@pytest.mark.parametrize(("text", "k"), zip(PROMPTS, (1, 4, 8), strict=True))
+def test_greedy_equals_target_alone_and_llama_cpp(target, draft, reference, text, k) -> None:
+    """Each prompt at its own draft length: k 1, 4 and 8 are each held to the target alone and to llama.cpp."""
     prompt = raw_tokens(target, text)
     baseline, baseline_text, _ = _run(target, None, prompt, 0)
     ref = reference.create_completion(text, max_tokens=64, temperature=0.0)["choices"][0]["text"]
     assert baseline_text == ref  # the target-alone path is plain greedy llama.cpp decoding
     assert len(baseline) == 64
-    for k in (1, 4, 8):
-        tokens, spec_text, stats = _run(target, draft, prompt, k)
-        assert_same_tokens(target, prompt, tokens, baseline)
-        if tokens == baseline:
-            assert spec_text == baseline_text
-        assert stats.drafted > 0 and stats.target_passes < 64  # drafts were accepted: fewer target passes
+    tokens, spec_text, stats = _run(target, draft, prompt, k)
+    assert_same_tokens(target, prompt, tokens, baseline)
+    if tokens == baseline:
+        assert spec_text == baseline_text
+    assert stats.drafted > 0 and stats.target_passes < 64  # drafts were accepted: fewer target passes
 
 
 def test_stats_add_up_when_sampling(target, draft) -> None:

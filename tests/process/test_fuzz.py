@@ -22,10 +22,10 @@ EXAMPLES = int(os.environ.get("LOCALSPEC_FUZZ_EXAMPLES", "25"))
 
 
 @pytest.fixture(scope="module")
-def fuzzed(target_path: Path) -> Iterator[Server]:
-    s = Server(
-        "--ctx", "256", "--max-queue", "4", "--no-draft"
-    )  # a short answer, nothing loaded beside: refusals are its subject
+def fuzzed(draft_path: Path) -> Iterator[Server]:
+    """The small model as the target, a short context, nothing loaded beside it: refusals are the subject, and a
+    valid request's answer is short and quick."""
+    s = Server("--target", str(draft_path), "--ctx", "128", "--max-queue", "4", "--no-draft")
     yield s
     assert httpx.get(f"{s.url}/health").json()["status"] == "ok"  # healthy after it all
     assert s.stop() == 0
