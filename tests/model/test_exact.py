@@ -78,3 +78,26 @@ def _tokens(spec: LocalSpec, prompt: str, options: dict[str, Any]) -> list[int]:
     run = spec.generate(prompt, max_tokens=120, **options)
     run.result()
     return run.tokens
+
+
+@pytest.mark.skipif(not EXACT_BUILD, reason="needs llama-cpp-python built with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF")
+def test_nothing_that_measures_changes_the_text_in_exact_mode(
+    target_path: Path, draft_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seeded prompt on a new machine (no costs kept, no answers): the target alone, the default's first answer
+    (its costs learned from its own rounds, whatever it probes or tries), and the same prompt asked again with
+    recall drafting the repeat (at k 2: exact batches of this CPU's 3 rows) are one text, token for token."""
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
+    prompt, options = "Write a limerick about a cat who learns to code.", {"temperature": 0.9, "seed": 11}
+    alone = LocalSpec.load(no_draft=True, exact=True, gpu_layers=0, cache_disk=0)
+    want = _tokens(alone, prompt, options)
+    del alone
+    default = LocalSpec.load(exact=True, gpu_layers=0, draft_gpu_layers=0, cache_disk=0)
+    assert _tokens(default, prompt, options) == want
+    default.save_costs()
+    del default
+    recalled = LocalSpec.load(exact=True, k=2, gpu_layers=0, draft_gpu_layers=0, cache_disk=0)
+    again = recalled.generate(prompt, max_tokens=120, **options)
+    again.result()
+    assert again.tokens == want and again.stats.drafted_by.get("recall", 0) > 0, json.dumps(again.text)
