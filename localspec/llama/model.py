@@ -244,7 +244,6 @@ class Model:
         self._vocab = self.llm._model.vocab
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self.tokens: list[int] = []  # the KV cache holds exactly these, at positions 0..len-1
-        self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
         self.n_decoded = 0  # tokens decoded over the model's life (prefill accounting)
         self.grammar_tokenizer: Any = None  # llguidance's view of the vocabulary (llama.grammar), built on first use
         self._pieces: dict[int, bytes] = {}  # each token's bytes, as they are first asked for
@@ -451,9 +450,7 @@ class Model:
             b.n_tokens = len(chunk)
             t0, self._untracked = time.perf_counter(), True  # until its tokens are tracked
             rc = llama_cpp.llama_decode(self._ctx, b)
-            seconds = time.perf_counter() - t0
-            self.decode_seconds += seconds
-            meter.decoded(len(chunk), seconds)
+            meter.decoded(len(chunk), time.perf_counter() - t0)  # to the round timing this decode, if any
             if rc != 0:
                 llama_cpp.llama_memory_seq_rm(self._mem, 0, len(self.tokens), -1)
                 raise LocalspecError(f"{self.name}: llama_decode failed with code {rc}")
