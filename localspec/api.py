@@ -405,8 +405,9 @@ def run_config(
     (localspec.drafting.base.register) to try before the built-in ones."""
     if unknown := sorted(set(settings) - set(RUN[len(MODELS) :])):
         raise TypeError(f"run_config() got unexpected keyword arguments: {', '.join(unknown)}")
-    values = {name: checked(name, settings.get(name, default(name))) for name in RUN[len(MODELS) :]}
-    sampler = SamplerSettings(*(values.pop(name) for name in SAMPLER))
+    given = {name: settings.get(name, default(name)) for name in RUN[len(MODELS) :]}
+    sampler = SamplerSettings(*(given.pop(name) for name in SAMPLER))  # which checks its own, once
+    values = {name: checked(name, value) for name, value in given.items()}
     k = values.pop("k")
     return RunConfig(
         target=target,
