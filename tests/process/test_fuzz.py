@@ -18,7 +18,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from support.server import Server
 
-EXAMPLES = int(os.environ.get("LOCALSPEC_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("LOCALSPEC_FUZZ_EXAMPLES", "20"))
 
 
 @pytest.fixture(scope="module")
