@@ -377,11 +377,10 @@ class DraftModelDrafter(Drafter):
                 if n >= CATCH_UP:
                     self.policy.caught_up(seconds)
             self.policy.drafted(verdict.times.total, (verdict.accepted + 1) * self.cost.alone, trial=trial)
-        cost, recheck = self.cost, verdict.probe and not trial and self.cost is not None
-        won = (
-            recheck and cost is not None and best_k(self.acceptance.survival(self.max_k), cost, cost.draft_step)[0] > 0
-        )
-        self.recheck.drafted(recheck=recheck, won=won)
+        won = None
+        if verdict.probe and not trial and self.cost is not None:  # a recheck: whether it wins now
+            won = best_k(self.acceptance.survival(self.max_k), self.cost, self.cost.draft_step)[0] > 0
+        self.recheck.drafted(won)
 
 
 def drafters(

@@ -113,9 +113,10 @@ class Recheck:
         """A round it did not draft."""
         self.since += 1
 
-    def drafted(self, *, recheck: bool, won: bool) -> None:
-        """It drafted a round (a `recheck`, whose costs and acceptance now say it `won` or not)."""
-        if recheck:
+    def drafted(self, won: bool | None = None) -> None:
+        """It drafted a round: a recheck where `won` says whether its costs and acceptance now win (None: no
+        recheck)."""
+        if won is not None:
             self.every = RECHECK_EVERY if won else min(2 * self.every, RECHECK_MAX)
         self.since = 0
 
